@@ -1,0 +1,100 @@
+"""Regenerate the example plan requests from the shared data (run from the repository root).
+
+Where each number comes from:
+- PEARL parameters: NVIDIA Dynamo profile_sla, H200, Llama-3.1-8B-Instruct-FP8, vLLM, TP1
+  (../shared/data/dynamo-h200-llama31-8b), fitted by ``pearl_sched.profiles.fit_dynamo_profile``;
+- KV bytes per token: Llama-3.1-8B config.json (../shared/data/model-configs), bf16 KV cache;
+- P→D bandwidth: 50 GB/s per GPU, the inter-node bandwidth of aiconfigurator's h200_sxm.yaml;
+- workload: per-turn appended and generated tokens and turns of the tau-bench GPT-4o trajectories in
+  ../shared/data/agentic (means; the slowest trajectory's turns at the 90th percentile); 1,024
+  trajectories, PEARL §6's batch 64 × group 16; environment time 10 s per turn, RollArt's Normal(10 s, σ)
+  mean;
+- cluster: 4 dedicated + 8 preemptible rollout GPUs and 8 training GPUs, 8 GPUs per node, TP1 workers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
+from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
+from pearl_sched.request import PlanRequest
+
+DATA = Path("../shared/data")
+OUT = Path("examples")
+
+
+def workload() -> Workload:
+    rows = [r for r in csv.DictReader((DATA / "agentic/agentic_turns.csv").open()) if r["source"].startswith("tau-bench")]
+    turns: dict[str, int] = {}
+    for r in rows:
+        turns[r["trajectory_id"]] = max(turns.get(r["trajectory_id"], 0), int(r["turn_index"]) + 1)
+    later = [r for r in rows if int(r["turn_index"]) > 0]
+    appended = statistics.fmean(float(r["new_input_tokens"]) for r in later)
+    generated = statistics.fmean(float(r["output_tokens"]) for r in rows)
+    context = statistics.fmean(float(r["prompt_tokens"]) for r in rows)
+    slowest = statistics.quantiles(turns.values(), n=10)[-1]
+    kv = ModelConfig.from_json(DATA / "model-configs/meta-llama--Meta-Llama-3.1-8B_config.json").kv_bytes_per_token()
+    return Workload(
+        batch_size=64 * 16,
+        unfinished=64 * 16,
+        turns=round(slowest, 1),
+        appended_tokens_per_turn=round(appended, 1),
+        generated_tokens_per_turn=round(generated, 1),
+        env_time_per_turn_s=10.0,
+        bubble_ratio=0.0,
+        mean_context_tokens=round(context, 1),
+        max_context_tokens=float(max(int(r["prompt_tokens"]) for r in rows)),
+        kv_bytes_per_token=kv,
+    )
+
+
+def params(load: Workload) -> PearlParams:
+    fit = fit_dynamo_profile(DATA / "dynamo-h200-llama31-8b/H200_TP1P_TP1D")
+    device = fit.device("h200", 1, context_tokens=load.mean_context_tokens, kv_bytes_per_token=load.kv_bytes_per_token)
+    return PearlParams(
+        devices=(device,),
+        switch_overhead_s=0.0,
+        kv_bandwidth_bytes_per_s=50e9,
+        source="fit of Dynamo profile_sla H200 Llama-3.1-8B-FP8 TP1; BW from aiconfigurator h200_sxm.yaml",
+    )
+
+
+def cluster(roles: dict[str, Role]) -> tuple[tuple[GPU, ...], tuple[Worker, ...]]:
+    gpus, workers = [], []
+    layout = [("d", Zone.DEDICATED, 4, "node0"), ("p", Zone.PREEMPTIBLE, 8, "node1"), ("t", Zone.OVERLAP, 8, "node2")]
+    for prefix, zone, count, node in layout:
+        for i in range(count):
+            gid = f"{prefix}{i}"
+            gpus.append(
+                GPU(id=gid, node=node, type="h200", zone=zone, reclaim_in_s=900.0 if zone is Zone.OVERLAP else None)
+            )
+            role = roles.get(gid, Role.TRAINING if zone is Zone.OVERLAP else Role.DECODE)
+            status = Status.ACTIVE if gid in roles or zone is Zone.OVERLAP else Status.INACTIVE
+            workers.append(Worker(id=f"w-{gid}", gpu_ids=(gid,), role=role, status=status))
+    return tuple(gpus), tuple(workers)
+
+
+def main() -> None:
+    load = workload()
+    model = params(load)
+    budget = Budget(max_gpus=20)
+    gpus, workers = cluster({})
+    initial = PlanRequest(state=ClusterState(gpus=gpus, workers=workers, workload=load, budget=budget), model=model)
+    running_roles = {"d0": Role.DECODE, "d1": Role.DECODE, "d2": Role.DECODE, "d3": Role.DECODE,
+                     "p0": Role.PREFILL, "p1": Role.PREFILL, "p2": Role.DECODE, "p3": Role.DECODE}
+    gpus, workers = cluster(running_roles)
+    gpus = tuple(g.model_copy(update={"available": False}) if g.id in ("p3",) else g for g in gpus)
+    half = load.model_copy(update={"unfinished": 640})
+    running = PlanRequest(state=ClusterState(gpus=gpus, workers=workers, workload=half, budget=budget), model=model)
+    for name, request in (("initial", initial), ("running", running)):
+        path = OUT / f"{name}.json"
+        path.write_text(json.dumps(request.model_dump(mode="json"), indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""pearl_sched: elastic prefill–decode scheduling for agentic-RL rollout.
+
+The main entry point is :func:`plan`: cluster state + workload + budget + a makespan model in, a plan out
+(mode, P:D counts, the minimal transition, the predicted makespan and why).
+"""
+
+from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.errors import (
+    InfeasiblePlanError,
+    InvalidStateError,
+    MissingExtraError,
+    PearlSchedError,
+    SolverError,
+    SolverUnavailableError,
+)
+from pearl_sched.makespan import (
+    DeviceParams,
+    MakespanBreakdown,
+    MakespanModel,
+    PearlMakespanModel,
+    PearlParams,
+    PoolCapacity,
+)
+from pearl_sched.planner import plan
+from pearl_sched.plans import Action, ActionKind, Decision, DecisionKind, Plan, PolicyState
+from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone
+from pearl_sched.transition import apply_actions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GPU",
+    "Action",
+    "ActionKind",
+    "Budget",
+    "ClusterState",
+    "Decision",
+    "DecisionKind",
+    "DeviceParams",
+    "InfeasiblePlanError",
+    "InvalidStateError",
+    "MakespanBreakdown",
+    "MakespanModel",
+    "Mode",
+    "MissingExtraError",
+    "PearlMakespanModel",
+    "PearlParams",
+    "PearlSchedError",
+    "Plan",
+    "PolicyConfig",
+    "PolicyState",
+    "PoolCapacity",
+    "Role",
+    "SolverError",
+    "SolverUnavailableError",
+    "Status",
+    "TransitionCosts",
+    "Worker",
+    "Workload",
+    "Zone",
+    "__version__",
+    "apply_actions",
+    "plan",
+]

@@ -1,0 +1,173 @@
+"""The ``pearl-sched`` command line.
+
+``pearl-sched plan REQUEST.json`` prints the plan (a readable summary, or ``--json``);
+``pearl-sched schema`` prints the JSON schemas of the input and output documents.
+Errors in the input are reported in one clear message with exit code 2; an infeasible budget exits 3.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ValidationError
+
+from pearl_sched.errors import InfeasiblePlanError, MissingExtraError, PearlSchedError
+
+try:
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+except ImportError as exc:  # pragma: no cover - exercised only without the cli extra
+    raise MissingExtraError(exc.name or "typer", "cli") from exc
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Elastic PD scheduling for agentic-RL rollout.")
+console = Console()
+errors = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+
+def _load(path: Path, kind: type[BaseModel], what: str) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        _fail(f"cannot read {what} {path}: {exc.strerror or exc}")
+    try:
+        return kind.model_validate_json(text)
+    except ValidationError as exc:
+        lines = [f"{path}: invalid {what} ({exc.error_count()} error(s))"]
+        for err in exc.errors()[:10]:
+            where = ".".join(str(p) for p in err["loc"]) or "(document)"
+            lines.append(f"  {where}: {err['msg']}")
+        _fail("\n".join(lines))
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> Any:
+    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command("plan")
+def plan_command(
+    request: Annotated[Path, typer.Argument(help="Plan request JSON: state, model parameters, settings")],
+    current: Annotated[Path | None, typer.Option(help="The plan in force (JSON from --json)")] = None,
+    backend: Annotated[str, typer.Option(help="auto, enumeration, or a solver backend")] = "auto",
+    time_limit: Annotated[float, typer.Option(help="Seconds per solve")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
+) -> None:
+    """Plan the PD mode, P:D ratio and minimal transition for a cluster state."""
+    from pearl_sched.makespan import PearlMakespanModel
+    from pearl_sched.planner import plan
+    from pearl_sched.plans import Plan
+    from pearl_sched.request import PlanRequest
+
+    req: PlanRequest = _load(request, PlanRequest, "plan request")
+    previous: Plan | None = _load(current, Plan, "plan") if current is not None else None
+    try:
+        result = plan(
+            req.state,
+            PearlMakespanModel(req.model),
+            current=previous,
+            costs=req.costs,
+            policy=req.policy,
+            policy_state=req.policy_state,
+            backend=backend,
+            time_limit_s=time_limit,
+        )
+    except InfeasiblePlanError as exc:
+        extra = f" (need ≥ {exc.min_gpus_needed} GPUs)" if exc.min_gpus_needed is not None else ""
+        _fail(f"infeasible: {exc}{extra}; binding constraint: {exc.binding_constraint}", EXIT_INFEASIBLE)
+    except (PearlSchedError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
+        return
+    _print_plan(result)
+
+
+def _print_plan(result: Any) -> None:
+    m = result.makespan
+    console.print(f"[bold]{result.mode.value}[/] {result.ratio} on {result.gpus_used} GPUs — {result.decision.kind.value}")
+    console.print(f"  {escape(result.decision.reason)}", highlight=False)
+    table = Table(title="predicted makespan (s)", show_edge=False)
+    for column in ("total", "prefill", "decode", "transfer", "environment", "overhead"):
+        table.add_column(column, justify="right")
+    table.add_row(*(f"{v:.1f}" for v in (m.total_s, m.prefill_s, m.decode_s, m.transfer_s, m.environment_s, m.overhead_s)))
+    console.print(table)
+    gain = "n/a" if result.expected_gain_s is None else f"{result.expected_gain_s:.1f} s ({result.expected_gain_pct:.1f}%)"
+    console.print(f"  expected gain {gain}; transition cost {result.transition_cost_s:.2f} s; objective {result.objective_s:.2f}")
+    if result.actions:
+        actions = Table(title=f"{len(result.actions)} action(s), in order", show_edge=False)
+        for column in ("kind", "worker", "from", "to", "group", "reason"):
+            actions.add_column(column)
+        for a in result.actions:
+            actions.add_row(
+                a.kind.value,
+                a.worker_id,
+                a.from_role.value if a.from_role else "-",
+                a.to_role.value if a.to_role else "-",
+                str(a.group or ""),
+                a.reason,
+            )
+        console.print(actions)
+    else:
+        console.print("  no actions: the cluster already matches the plan")
+    s = result.solver
+    console.print(
+        f"  solver {s.backend} {escape('[' + s.status + ']')} {s.solves} solve(s), {s.rounds} round(s), {s.wall_time_s * 1000:.1f} ms",
+        highlight=False,
+    )
+
+
+@app.command("schema")
+def schema_command(
+    document: Annotated[str, typer.Argument(help="request, state, plan or all")] = "all",
+) -> None:
+    """Print the JSON schema of the plan request, the cluster state or the plan."""
+    from pearl_sched.plans import Plan
+    from pearl_sched.request import PlanRequest
+    from pearl_sched.state import ClusterState
+
+    documents: dict[str, type[BaseModel]] = {"request": PlanRequest, "state": ClusterState, "plan": Plan}
+    if document != "all" and document not in documents:
+        _fail(f"unknown document {document!r}; choose from {', '.join(documents)} or all")
+    chosen = documents if document == "all" else {document: documents[document]}
+    schemas = {name: kind.model_json_schema() for name, kind in chosen.items()}
+    out = schemas if document == "all" else schemas[document]
+    sys.stdout.write(json.dumps(out, indent=2) + "\n")
+
+
+@app.command("backends")
+def backends_command() -> None:
+    """List the solver backends and whether each is installed."""
+    from pearl_sched.solvers import BACKENDS, DEFAULT_BACKEND
+
+    table = Table(show_edge=False)
+    for column in ("backend", "installed", "hint", "deterministic", "integer-only", "extra"):
+        table.add_column(column)
+    for name, cls in BACKENDS.items():
+        caps = cls.capabilities
+        label = f"{name} (default)" if name == DEFAULT_BACKEND else name
+        table.add_row(
+            label,
+            "yes" if cls.is_available() else "no",
+            str(caps.supports_hint).lower(),
+            str(caps.deterministic).lower(),
+            str(caps.integer_coefficients_only).lower(),
+            cls.extra or "-",
+        )
+    console.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

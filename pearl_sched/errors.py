@@ -1,0 +1,70 @@
+"""The exception tree of pearl_sched.
+
+Every error the library raises on purpose derives from :class:`PearlSchedError`; each subclass carries the
+data a caller needs to react (not just a message), so an orchestrator can, for example, ask for more GPUs
+when a budget is infeasible.
+"""
+
+from __future__ import annotations
+
+
+class PearlSchedError(Exception):
+    """Root of every error raised by pearl_sched on purpose."""
+
+
+class InvalidStateError(PearlSchedError, ValueError):
+    """The cluster state (or another input) breaks a rule of the state model.
+
+    Pydantic's own ``ValidationError`` is raised for field-level problems; this one is raised for rules
+    that span several objects (a GPU in two workers, a TP group across nodes, ...).
+    """
+
+
+class InfeasiblePlanError(PearlSchedError):
+    """No configuration satisfies the budget and the constraints.
+
+    Attributes
+    ----------
+    min_gpus_needed:
+        The fewest rollout GPUs with which some configuration would be feasible, or ``None`` when no number
+        of GPUs helps (e.g. a KV requirement no pool in the cluster can meet).
+    binding_constraint:
+        Short name of the constraint that binds: ``"budget"``, ``"kv_capacity"``, ``"prefill_capacity"``,
+        ``"no_eligible_workers"`` or ``"disaggregated_needs_prefill_and_decode"``.
+    """
+
+    def __init__(self, message: str, *, min_gpus_needed: int | None, binding_constraint: str) -> None:
+        super().__init__(message)
+        self.min_gpus_needed = min_gpus_needed
+        self.binding_constraint = binding_constraint
+
+
+class SolverUnavailableError(PearlSchedError):
+    """A solver backend was asked for but its package is not installed.
+
+    Attributes
+    ----------
+    backend:
+        The backend name.
+    extra:
+        The pip extra that installs it (``pip install 'pearl-sched[<extra>]'``).
+    """
+
+    def __init__(self, backend: str, extra: str | None) -> None:
+        hint = f": pip install 'pearl-sched[{extra}]'" if extra else ""
+        super().__init__(f"solver backend {backend!r} is not installed{hint}")
+        self.backend = backend
+        self.extra = extra
+
+
+class SolverError(PearlSchedError):
+    """A solver backend failed in a way that has no feasible fallback."""
+
+
+class MissingExtraError(PearlSchedError, ImportError):
+    """An optional dependency is missing; the message names the extra that installs it."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(f"{package} is needed here: pip install 'pearl-sched[{extra}]'")
+        self.package = package
+        self.extra = extra

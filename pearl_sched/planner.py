@@ -1,0 +1,524 @@
+"""``plan()``: cluster state + workload + budget + a makespan model in, a plan out.
+
+The planner is pure: no I/O, no clock (solver wall time is measured and reported, never decided on), no
+globals. Its steps:
+
+1. classify every slot: *base* (may serve without a gate), *new preemptible* (expansion gate), *new
+   overlap* (borrowing gate), or *out* (preempted, due back to the trainer, or not allowed);
+2. group slots into classes of interchangeable slots and build the class-level problem
+   (``pearl_sched.solvers.formulation``);
+3. solve it — the MILP with PEARL's enumeration as start solution and fallback — once per gate question:
+   with and without new preemptible GPUs (expansion gate), with and without lendable training GPUs
+   (borrowing gate, PEARL Eq. 7);
+4. hysteresis: solve again with every surviving slot fixed to its current role; a change of ratio or mode
+   must beat its threshold against that, unless keeping is infeasible (a forced switch);
+5. map class counts to slots and emit ordered actions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.makespan import MakespanModel, PoolCapacity
+from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
+from pearl_sched.policies import (
+    GateDecision,
+    borrow_gate,
+    expansion_gate,
+    hysteresis,
+    idle_window_allows_borrow,
+    must_return,
+    toggle_cost_s,
+)
+from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
+from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
+from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
+from pearl_sched.transition import assign_slots, assignment_tuple, build_actions
+
+logger = logging.getLogger(__name__)
+
+_FLIP = frozenset({Role.PREFILL, Role.DECODE})
+
+
+class _Category(Enum):
+    BASE = "base"
+    NEW_PREEMPTIBLE = "new-preemptible"
+    NEW_OVERLAP = "new-overlap"
+    OUT = "out"
+
+
+@dataclass(frozen=True)
+class _Slot:
+    worker: Worker
+    zone: Zone
+    gpu_type: str
+    tp: int
+    node_group: str
+    category: _Category
+    reason: str
+
+
+@dataclass
+class _Solves:
+    """Solver bookkeeping across the several solves of one plan() call."""
+
+    backend: str
+    time_limit_s: float
+    count: int = 0
+    wall_s: float = 0.0
+    rounds: int = 0
+    rounding: float = 0.0
+    statuses: tuple[str, ...] = ()
+    bounds: dict[int, tuple[ClassSolution, float]] = field(default_factory=dict)
+
+    def bound_of(self, solution: ClassSolution) -> float | None:
+        """The proven lower bound of the solve that produced ``solution`` (None for enumeration)."""
+        entry = self.bounds.get(id(solution))
+        return entry[1] if entry is not None and entry[0] is solution else None
+
+    def solve(self, problem: ClassProblem) -> ClassSolution | None:
+        self.count += 1
+        start_solution = enumerate_configurations(problem)
+        if self.backend == "enumeration":
+            self.statuses += ("enumerated",)
+            return start_solution
+        outcome = solve_class_problem(
+            problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
+        )
+        self.wall_s += outcome.wall_time_s
+        self.rounds += outcome.rounds
+        self.rounding = max(self.rounding, outcome.rounding_error)
+        status = outcome.status
+        if outcome.status not in ("optimal", "feasible") and start_solution is not None:
+            status = "fallback-enumeration"
+        self.statuses += (status,)
+        if outcome.status == "no_solution" and start_solution is not None:
+            logger.warning("solver %s found no solution in %.3f s; using the enumeration", self.backend, self.time_limit_s)
+        solution = outcome.solution if outcome.solution is not None else start_solution
+        if solution is not None and outcome.status == "optimal" and math.isfinite(outcome.bound):
+            self.bounds[id(solution)] = (solution, outcome.bound)
+        return solution
+
+
+def plan(
+    state: ClusterState,
+    model: MakespanModel,
+    *,
+    current: Plan | None = None,
+    costs: TransitionCosts | None = None,
+    policy: PolicyConfig | None = None,
+    policy_state: PolicyState | None = None,
+    backend: str = "auto",
+    time_limit_s: float = 2.0,
+) -> Plan:
+    """Choose the PD mode, the P:D counts and the least disruptive transition for ``state``.
+
+    Parameters
+    ----------
+    state:
+        GPUs, worker slots, the rollout workload and the budget.
+    model:
+        A makespan predictor, e.g. :class:`~pearl_sched.makespan.PearlMakespanModel`.
+    current:
+        The plan in force; its ``policy_state`` is carried over unless ``policy_state`` is given.
+    costs, policy:
+        Reconfiguration costs and policy thresholds (defaults: PEARL Table 3, Libra's thresholds).
+    policy_state:
+        State the policies carry between decisions.
+    backend:
+        ``"auto"`` (the measured default), a name from ``pearl_sched.solvers.available_backends()``, or
+        ``"enumeration"`` (PEARL's search, no solver).
+    time_limit_s:
+        Per solve; on expiry the best incumbent, else the enumeration result, is used.
+
+    Raises
+    ------
+    InfeasiblePlanError
+        When no configuration fits; it carries the minimum GPUs needed and the binding constraint.
+    """
+    costs = costs or TransitionCosts()
+    policy = policy or PolicyConfig()
+    pstate = policy_state or (current.policy_state if current is not None else PolicyState())
+    if not (time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise ValueError(f"time_limit_s must be a positive finite number, got {time_limit_s!r}")
+    if backend != "enumeration":
+        get_backend(backend)  # fail early with the extra to install
+    digest = input_digest(state, model, costs, policy, pstate, backend)
+    workload = state.workload
+    rho = workload.unfinished_fraction
+    slots = _classify(state, costs, policy)
+    in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
+    usable = sum(1 for s in slots if s.category is not _Category.OUT)
+    classes = _classes(state, model, slots, costs, max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1))))
+    base_problem = ClassProblem(
+        classes=tuple(replace(c, eligible=c.eligible if _cat(c) is _Category.BASE else frozenset()) for c in classes),
+        terms=model.terms(workload),
+        unfinished_fraction=rho,
+        max_gpus=state.budget.max_gpus,
+        kv_required_bytes=workload.unfinished * workload.kv_bytes_per_trajectory,
+        min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
+        admission_pause_s=costs.finalisation_s,
+    )
+    solves = _Solves(backend, time_limit_s)
+    problem, solution = base_problem, solves.solve(base_problem)
+    reasons: list[str] = []
+    for category, gate_fn, flag in (
+        (_Category.NEW_PREEMPTIBLE, expansion_gate, "expand"),
+        (_Category.NEW_OVERLAP, borrow_gate, "borrow"),
+    ):
+        if not any(_cat(c) is category for c in classes):
+            continue
+        wider = problem.with_classes(
+            [
+                replace(c, eligible=full.eligible) if _cat(full) is category else c
+                for c, full in zip(problem.classes, classes, strict=True)
+            ]
+        )
+        if solution is not None and not _gate_can_pass(gate_fn, solution, wider, pstate, costs):
+            reasons.append(f"no {flag}: even unlimited use of the extra GPUs could not pay off")
+            continue
+        wider_solution = solves.solve(wider)
+        if wider_solution is None:
+            continue
+        if solution is None:
+            gate = GateDecision(True, f"{flag}: needed for a feasible configuration")
+        else:
+            gate = _gate(gate_fn, solution, wider_solution, rho, pstate, costs)
+        reasons.append(gate.reason)
+        if gate.allow:
+            problem, solution = wider, wider_solution
+    if solution is None:
+        raise _diagnose(problem.with_classes(classes), solves)
+
+    decision, solution = _hysteresis(state, problem, solution, solves, policy, reasons)
+    pairs = list(zip(problem.classes, solution.counts, strict=True))
+    decision = decision.model_copy(
+        update={
+            "borrowing": any(c.zone is Zone.OVERLAP and sum(n) > 0 for c, n in pairs),
+            "expanded": any(c.pauses_admission and sum(n) > 0 for c, n in pairs),
+        }
+    )
+
+    workers = {w.id: w for w in state.workers}
+    target = assign_slots(problem, solution.counts, workers)
+    slot_reasons = {s.worker.id: s.reason for s in slots if s.reason}
+    actions = build_actions(state, target, slot_reasons)
+    cap = solution.capacity
+    breakdown = model.predict(
+        workload,
+        PoolCapacity(mode=solution.mode, prefill=cap[Role.PREFILL], decode=cap[Role.DECODE], colocated=cap[Role.COLOCATED]),
+    )
+    totals = [sum(n[i] for n in solution.counts) for i in range(3)]
+    gpus_used = sum(c.tp * sum(n) for c, n in zip(problem.classes, solution.counts, strict=True))
+    status_quo = _status_quo(base_problem, state.mode)
+    gain_s = rho * (status_quo.makespan_s - breakdown.total_s) if status_quo is not None else None
+    gain_pct = (status_quo.makespan_s - breakdown.total_s) / status_quo.makespan_s * 100 if status_quo else None
+    return Plan(
+        mode=solution.mode,
+        prefill_workers=totals[0],
+        decode_workers=totals[1],
+        colocated_workers=totals[2],
+        gpus_used=gpus_used,
+        assignment=assignment_tuple(target),
+        actions=actions,
+        makespan=breakdown,
+        objective_s=solution.objective,
+        transition_cost_s=solution.transition_cost,
+        expected_gain_s=gain_s,
+        expected_gain_pct=gain_pct,
+        decision=decision,
+        solver=SolverInfo(
+            backend=backend if backend != "auto" else f"auto:{_auto_name()}",
+            status="/".join(solves.statuses),
+            objective=solution.objective,
+            bound=solves.bound_of(solution),
+            rounds=solves.rounds,
+            rounding_error=solves.rounding,
+            solves=solves.count,
+            wall_time_s=solves.wall_s,
+        ),
+        model=model.name,
+        input_digest=digest,
+        policy_state=pstate,
+    )
+
+
+def _auto_name() -> str:
+    return get_backend("auto").name
+
+
+def _gate(
+    gate_fn: Callable[..., GateDecision],
+    without: ClassSolution,
+    with_: ClassSolution,
+    rho: float,
+    pstate: PolicyState,
+    costs: TransitionCosts,
+) -> GateDecision:
+    if gate_fn is expansion_gate:
+        return expansion_gate(
+            makespan_without_s=without.makespan_s,
+            makespan_with_s=with_.makespan_s,
+            unfinished_fraction=rho,
+            state=pstate,
+            costs=costs,
+        )
+    return borrow_gate(
+        makespan_dedicated_s=without.makespan_s,
+        makespan_full_s=with_.makespan_s,
+        unfinished_fraction=rho,
+        state=pstate,
+        costs=costs,
+    )
+
+
+def _gate_can_pass(
+    gate_fn: Callable[..., GateDecision],
+    without: ClassSolution,
+    wider: ClassProblem,
+    pstate: PolicyState,
+    costs: TransitionCosts,
+) -> bool:
+    """Whether the gate could pass at all: with every role at its full capacity in ``wider`` (a lower bound
+    on any configuration's makespan there), is the gain above the gate's cost? Saves a solve when not."""
+    full = {r: sum(c.weight[r] * c.size for c in wider.classes if r in c.eligible) for r in ROLES}
+    bounds = [wider.terms.colocated.time_s(full[Role.COLOCATED])]
+    bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
+    lower = min(bounds) + wider.terms.environment_s
+    gain_bound = wider.unfinished_fraction * (without.makespan_s - lower)
+    threshold = costs.finalisation_s if gate_fn is expansion_gate else toggle_cost_s(pstate, costs)
+    return gain_bound > threshold
+
+
+def _hysteresis(
+    state: ClusterState,
+    problem: ClassProblem,
+    best: ClassSolution,
+    solves: _Solves,
+    policy: PolicyConfig,
+    reasons: list[str],
+) -> tuple[Decision, ClassSolution]:
+    """Decide between the best configuration and keeping every surviving slot's role."""
+    gates = "; ".join(reasons)
+    if state.mode is None:
+        return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
+    survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
+    changes_survivor = any(
+        n[ROLES.index(c.current_role)] != c.size  # type: ignore[arg-type]
+        for c, n in zip(problem.classes, best.counts, strict=True)
+        if c in survivors
+    )
+    keep_problem = problem.with_classes([replace(c, fixed=True) if c in survivors else c for c in problem.classes])
+    keep = best if not changes_survivor else solves.solve(keep_problem)
+    if keep is None:
+        lost = [c for c in problem.classes if c.current_role is not None and c.current_role not in c.eligible]
+        why = "keeping the current roles is infeasible"
+        if lost:
+            why += f" after losing {sum(c.size for c in lost)} worker(s)"
+        return Decision(kind=DecisionKind.FORCED, reason=_join(f"forced: {why}", gates)), best
+    if not changes_survivor or keep.objective <= best.objective + 1e-9:
+        return Decision(kind=DecisionKind.KEPT, reason=_join("kept: no change of ratio or mode pays off", gates)), keep
+    gate = hysteresis(
+        makespan_keep_s=keep.makespan_s,
+        makespan_new_s=best.makespan_s,
+        unfinished_fraction=problem.unfinished_fraction,
+        mode_switch=best.mode is not keep.mode,
+        config=policy,
+    )
+    if not gate.allow:
+        return Decision(kind=DecisionKind.KEPT, reason=_join(gate.reason, gates)), keep
+    return Decision(kind=DecisionKind.CHANGED, reason=_join(gate.reason, gates)), best
+
+
+def _status_quo(base: ClassProblem, mode: Mode | None) -> ClassSolution | None:
+    """The configuration if nothing optional changes: survivors keep their roles, nothing is added."""
+    if mode is None:
+        return None
+    counts = tuple(
+        tuple(c.size if c.current_role is r and r in c.eligible else 0 for r in ROLES) for c in base.classes
+    )
+    return evaluate(base, mode, counts)  # type: ignore[arg-type]
+
+
+def _join(head: str, tail: str) -> str:
+    return f"{head}; {tail}" if tail else head
+
+
+def _classify(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
+    slots = []
+    budget = state.budget
+    for worker in state.workers:
+        gpus = state.worker_gpus(worker)
+        zone = gpus[0].zone
+        serving = worker.rollout_role is not None
+        category, reason = _Category.BASE, ""
+        if not all(g.available for g in gpus):
+            category, reason = _Category.OUT, "preempted: GPU unavailable"
+        elif zone is Zone.PREEMPTIBLE and not budget.allow_preemptible:
+            category, reason = _Category.OUT, "budget does not allow preemptible GPUs"
+        elif zone is Zone.PREEMPTIBLE and not serving:
+            category = _Category.NEW_PREEMPTIBLE
+        elif zone is Zone.OVERLAP:
+            reclaim = min(g.reclaim_in_s or 0.0 for g in gpus)
+            if not budget.allow_borrow:
+                category, reason = _Category.OUT, "budget does not allow borrowing"
+            elif must_return(reclaim, costs, policy):
+                category, reason = _Category.OUT, f"return: training needs the GPUs in {reclaim:.1f} s"
+            elif not serving:
+                if idle_window_allows_borrow(reclaim, costs, policy):
+                    category = _Category.NEW_OVERLAP
+                else:
+                    category, reason = _Category.OUT, f"idle window {reclaim:.1f} s too short to borrow"
+        slots.append(
+            _Slot(worker, zone, gpus[0].type, worker.tp, gpus[0].node_group, category, reason)
+        )
+    return slots
+
+
+def _cat(cls: SlotClass) -> _Category:
+    return _Category(cls.tag)
+
+
+def _classes(
+    state: ClusterState, model: MakespanModel, slots: Iterable[_Slot], costs: TransitionCosts, n_ref: int
+) -> tuple[SlotClass, ...]:
+    groups: dict[tuple[str, ...], list[_Slot]] = {}
+    for s in slots:
+        role = s.worker.rollout_role
+        key = (s.zone.value, s.gpu_type, s.node_group, f"tp{s.tp}", role.value if role else "off", s.category.value)
+        groups.setdefault(key, []).append(s)
+    workload = state.workload
+    classes = []
+    for key in sorted(groups):
+        members = groups[key]
+        first = members[0]
+        current = first.worker.rollout_role
+        eligible = frozenset(ROLLOUT_ROLES) if first.category is not _Category.OUT else frozenset()
+        classes.append(
+            SlotClass(
+                key="|".join(key),
+                slot_ids=tuple(sorted(s.worker.id for s in members)),
+                gpu_type=first.gpu_type,
+                tp=first.tp,
+                zone=first.zone,
+                node_group=first.node_group,
+                current_role=current,
+                eligible=eligible,
+                weight={r: model.capacity_weight(workload, first.gpu_type, first.tp, r) for r in ROLLOUT_ROLES},
+                kv_bytes=model.kv_capacity_bytes(first.gpu_type, first.tp),
+                prefill_tokens_per_s=model.prefill_tokens_per_s(first.gpu_type, first.tp),
+                cost=_costs(current, first.zone, costs, n_ref),
+                pauses_admission=current is None and first.zone is not Zone.OVERLAP,
+                tag=first.category.value,
+            )
+        )
+    return tuple(classes)
+
+
+def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int) -> dict[Role | None, float]:
+    """Objective seconds per slot of ending in each role, plus tie-breakers.
+
+    A slot down for d seconds costs the pool d capacity-seconds, about d / N seconds of makespan for a pool of
+    N workers; N is the larger of the workers in use and those the budget could use (so starting a whole
+    pool from nothing costs about one preparation time, not one per worker).
+    """
+    out: dict[Role | None, float] = {}
+    for target in (*ROLLOUT_ROLES, None):
+        if target == current:
+            seconds = 0.0
+        elif target is None:
+            seconds = costs.deactivation_s if zone is Zone.OVERLAP else costs.stop_s
+        elif current is None:
+            seconds = costs.activation_s if zone is Zone.OVERLAP else costs.preparation_s
+        elif {current, target} == _FLIP:
+            seconds = costs.role_switch_s
+        else:
+            seconds = costs.restart_s
+        value = seconds / n_ref
+        if target is Role.DECODE and zone is not Zone.DEDICATED:
+            value += costs.volatile_decode_s
+        out[target] = value
+    return out
+
+
+def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
+    """Why nothing fits: the binding constraint and, if more GPUs would help, how many are needed."""
+    eligible = [c for c in problem.classes if c.eligible]
+    if not eligible:
+        return InfeasiblePlanError(
+            "no worker slot may serve rollout (all preempted, due back to the trainer, or disallowed)",
+            min_gpus_needed=None,
+            binding_constraint="no_eligible_workers",
+        )
+    all_gpus = sum(c.tp * c.size for c in eligible)
+    relaxed = replace(problem, max_gpus=all_gpus)
+    if _feasible(relaxed, solves):
+        lo, hi = problem.max_gpus, all_gpus  # infeasible at lo, feasible at hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _feasible(replace(problem, max_gpus=mid), solves):
+                hi = mid
+            else:
+                lo = mid
+        return InfeasiblePlanError(
+            f"budget of {problem.max_gpus} GPUs is too small: at least {hi} rollout GPUs are needed",
+            min_gpus_needed=hi,
+            binding_constraint="budget",
+        )
+    for field, name in (("kv_required_bytes", "kv_capacity"), ("min_prefill_tokens_per_s", "prefill_capacity")):
+        if _feasible(replace(relaxed, **{field: 0.0}), solves):
+            gib = problem.kv_required_bytes / 2**30
+            detail = f"{gib:.1f} GiB of KV cache" if name == "kv_capacity" else f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
+            return InfeasiblePlanError(
+                f"no configuration of the eligible workers provides {detail}, even using every GPU",
+                min_gpus_needed=None,
+                binding_constraint=name,
+            )
+    return InfeasiblePlanError(
+        "no feasible configuration: a disaggregated pool needs ≥1 prefill and ≥1 decode worker",
+        min_gpus_needed=None,
+        binding_constraint="disaggregated_needs_prefill_and_decode",
+    )
+
+
+def _feasible(problem: ClassProblem, solves: _Solves) -> bool:
+    return solves.solve(problem) is not None
+
+
+def input_digest(
+    state: ClusterState,
+    model: MakespanModel,
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    policy_state: PolicyState,
+    backend: str,
+) -> str:
+    """SHA-256 of the canonical JSON of every input of ``plan()``."""
+    payload = {
+        "state": state.model_dump(mode="json"),
+        "model": model.describe(),
+        "costs": costs.model_dump(mode="json"),
+        "policy": policy.model_dump(mode="json"),
+        "policy_state": policy_state.model_dump(mode="json"),
+        "backend": backend,
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def current_counts(state: ClusterState) -> Mapping[Role, int]:
+    """Workers per rollout role in use now."""
+    counts = dict.fromkeys(ROLLOUT_ROLES, 0)
+    for w in state.workers:
+        if w.rollout_role is not None:
+            counts[w.rollout_role] += 1
+    return counts
+
+
+__all__ = ["current_counts", "evaluate", "input_digest", "plan"]

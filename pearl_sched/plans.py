@@ -1,0 +1,137 @@
+"""What ``plan()`` returns: the target configuration, the ordered actions to reach it, and why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from pearl_sched.makespan import MakespanBreakdown
+from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone
+
+
+class ActionKind(StrEnum):
+    """Kinds of action, in the order a transition executes them (DESIGN.md §6)."""
+
+    RETURN = "return"
+    """Give a borrowed training GPU back (mandatory; drain, release memory, hand to the trainer)."""
+    SHRINK = "shrink"
+    """Remove a worker: stop routing, interrupt keeping partial trajectories, free GPUs, resubmit prefixes."""
+    REROLE = "rerole"
+    """Flip prefill↔decode without restart: drain, switch, re-register."""
+    RESTART = "restart"
+    """Change between colocated and a disaggregated role: restart the server in the new mode."""
+    EXPAND = "expand"
+    """Add a worker: background init, weight sync to the latest version, atomic group admission."""
+
+
+ACTION_ORDER: tuple[ActionKind, ...] = tuple(ActionKind)
+
+
+class Action(Frozen):
+    """One step of a transition on one worker slot."""
+
+    kind: ActionKind
+    worker_id: str
+    gpu_ids: tuple[str, ...]
+    zone: Zone
+    from_role: Role | None = Field(description="Rollout role before (None: not serving rollout)")
+    to_role: Role | None = Field(description="Rollout role after (None: off, or back with the trainer)")
+    group: int | None = Field(default=None, description="Admission group: all members or none")
+    reason: str = ""
+
+
+class SlotAssignment(Frozen):
+    """The rollout role a slot has in the target configuration (None: not serving rollout)."""
+
+    worker_id: str
+    role: Role | None
+
+
+class SolverInfo(Frozen):
+    """How the configuration was found. ``wall_time_s`` is the only field that varies between runs."""
+
+    backend: str
+    status: str
+    objective: float
+    bound: float | None
+    rounds: int = 0
+    rounding_error: NonNegFloat = 0.0
+    solves: int = 0
+    wall_time_s: NonNegFloat = 0.0
+
+
+class DecisionKind(StrEnum):
+    """What kind of decision the plan is."""
+
+    INITIAL = "initial"
+    KEPT = "kept"
+    CHANGED = "changed"
+    FORCED = "forced"
+
+
+class Decision(Frozen):
+    """The decision and a sentence saying why."""
+
+    kind: DecisionKind
+    reason: str
+    borrowing: bool = False
+    expanded: bool = False
+
+
+class PolicyState(Frozen):
+    """State the policies carry from one decision to the next (pure functions of inputs and this)."""
+
+    toggle_cost_s: NonNegFloat | None = Field(
+        default=None, description="EWMA of measured borrow activation + deactivation seconds"
+    )
+    preemption_hazard_per_s: NonNegFloat = Field(
+        default=0.0, description="EWMA of the preemption hazard of preemptible GPUs"
+    )
+
+
+class Plan(Frozen):
+    """A target configuration, the ordered actions that reach it from the current state, and why."""
+
+    mode: Mode
+    prefill_workers: int = Field(ge=0)
+    decode_workers: int = Field(ge=0)
+    colocated_workers: int = Field(ge=0)
+    gpus_used: int = Field(ge=0)
+    assignment: tuple[SlotAssignment, ...]
+    actions: tuple[Action, ...]
+    makespan: MakespanBreakdown
+    objective_s: float
+    transition_cost_s: NonNegFloat
+    expected_gain_s: float | None = Field(description="(R/B)·(makespan if nothing optional changes − this one)")
+    expected_gain_pct: float | None
+    decision: Decision
+    solver: SolverInfo
+    model: str
+    input_digest: str
+    policy_state: PolicyState
+
+    @property
+    def ratio(self) -> str:
+        """``"3P5D"`` for a disaggregated plan, ``"8C"`` for a colocated one."""
+        if self.mode is Mode.COLOCATED:
+            return f"{self.colocated_workers}C"
+        return f"{self.prefill_workers}P{self.decode_workers}D"
+
+    def roles(self) -> dict[str, Role | None]:
+        """Slot id → target rollout role."""
+        return {a.worker_id: a.role for a in self.assignment}
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the plan without its wall time: equal for identical inputs, byte for byte."""
+        data = self.model_dump(mode="json")
+        data["solver"].pop("wall_time_s")
+        return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def canonical_json(data: Any) -> str:
+    """JSON with sorted keys and no whitespace: the form digests are taken of."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)

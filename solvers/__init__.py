@@ -1,0 +1,74 @@
+"""Solver backends for the class-level planning MILP, PEARL's enumeration and a brute-force oracle.
+
+``get_backend(name)`` returns a backend; ``available_backends()`` lists those whose packages are installed.
+``DEFAULT_BACKEND`` was chosen by measurement (``bench/plan_latency.py``; docs/solvers.md): the fastest
+backend whose repeated solves were identical.
+"""
+
+from __future__ import annotations
+
+from pearl_sched.errors import SolverUnavailableError
+
+from .base import Backend, Capabilities, LinearModel, SolveResult
+from .cpsat import CpSatBackend
+from .enumeration import enumerate_configurations
+from .formulation import (
+    ClassProblem,
+    ClassSolution,
+    MilpOutcome,
+    SlotClass,
+    brute_force,
+    evaluate,
+    solve_class_problem,
+)
+from .highs import HighsBackend
+from .pulp_backend import PulpCbcBackend, PulpHighsBackend
+from .pywraplp import OrtoolsHighsBackend, ScipBackend
+
+BACKENDS: dict[str, type[Backend]] = {
+    cls.name: cls  # type: ignore[misc]
+    for cls in (HighsBackend, CpSatBackend, ScipBackend, OrtoolsHighsBackend, PulpHighsBackend, PulpCbcBackend)
+}
+DEFAULT_BACKEND = "highs"
+FALLBACK_ORDER = ("highs", "ortools-scip", "cpsat", "pulp-highs", "pulp-cbc", "ortools-highs")
+
+
+def available_backends() -> list[str]:
+    """Names of the backends whose packages import here, in registry order."""
+    return [name for name, cls in BACKENDS.items() if cls.is_available()]
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """A backend instance. ``"auto"`` is the default backend, or the first installed one in fallback order."""
+    if name == "auto":
+        for candidate in (DEFAULT_BACKEND, *FALLBACK_ORDER):
+            if BACKENDS[candidate].is_available():
+                return BACKENDS[candidate]()
+        raise SolverUnavailableError("auto", "highs")
+    try:
+        cls = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown solver backend {name!r}; known: {sorted(BACKENDS)} or 'enumeration'") from None
+    if not cls.is_available():
+        raise SolverUnavailableError(name, cls.extra)
+    return cls()
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Backend",
+    "Capabilities",
+    "ClassProblem",
+    "ClassSolution",
+    "LinearModel",
+    "MilpOutcome",
+    "SlotClass",
+    "SolveResult",
+    "available_backends",
+    "brute_force",
+    "enumerate_configurations",
+    "evaluate",
+    "get_backend",
+    "solve_class_problem",
+]

@@ -1,0 +1,33 @@
+"""Keeping solver libraries from writing to the process's stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def stdout_closed() -> Iterator[None]:
+    """Send file descriptor 1 to /dev/null for the duration (C libraries write there directly)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@functools.cache
+def silence_highs_banner() -> None:
+    """HiGHS prints a copyright banner to stdout when the first ``Highs`` object is made, whatever its
+    options; that would corrupt a CLI's JSON output, so the first construction runs with stdout closed."""
+    import highspy
+
+    with stdout_closed():
+        highspy.Highs()

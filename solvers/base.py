@@ -1,0 +1,105 @@
+"""A backend-neutral mixed-integer linear model and the interface every solver backend implements.
+
+The formulation (``formulation.py``) writes its model once as a :class:`LinearModel`; each backend translates
+it to its own API. Nothing outside ``pearl_sched.solvers`` imports a solver package.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal, Protocol
+
+SolveStatus = Literal["optimal", "feasible", "infeasible", "no_solution", "error"]
+
+
+@dataclass
+class LinearModel:
+    """min ``c·x + offset`` s.t. ``lo ≤ A x ≤ hi``, ``lb ≤ x ≤ ub``, some ``x`` integer.
+
+    Rows are sparse ``{column: coefficient}`` maps. ``hint`` is an optional start solution.
+    """
+
+    names: list[str] = field(default_factory=list)
+    lb: list[float] = field(default_factory=list)
+    ub: list[float] = field(default_factory=list)
+    integer: list[bool] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    offset: float = 0.0
+    rows: list[dict[int, float]] = field(default_factory=list)
+    row_lo: list[float] = field(default_factory=list)
+    row_hi: list[float] = field(default_factory=list)
+    hint: list[float] | None = None
+
+    def add_var(self, name: str, lb: float, ub: float, *, integer: bool, cost: float = 0.0) -> int:
+        """Add a column and return its index."""
+        self.names.append(name)
+        self.lb.append(lb)
+        self.ub.append(ub)
+        self.integer.append(integer)
+        self.cost.append(cost)
+        return len(self.names) - 1
+
+    def add_row(self, coeffs: dict[int, float], lo: float = -math.inf, hi: float = math.inf) -> int:
+        """Add ``lo ≤ Σ coeffs[j]·x[j] ≤ hi`` and return its index."""
+        self.rows.append({j: a for j, a in coeffs.items() if a != 0.0})
+        self.row_lo.append(lo)
+        self.row_hi.append(hi)
+        return len(self.rows) - 1
+
+    @property
+    def num_vars(self) -> int:
+        return len(self.names)
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What a backend returns.
+
+    ``values`` is empty when no feasible point was found. ``rounding_error`` is the largest relative change
+    a backend made to a coefficient (CP-SAT needs integers); zero for the others.
+    """
+
+    status: SolveStatus
+    values: tuple[float, ...]
+    objective: float
+    bound: float
+    wall_time_s: float
+    rounding_error: float = 0.0
+    message: str = ""
+
+    @property
+    def has_solution(self) -> bool:
+        return self.status in ("optimal", "feasible") and bool(self.values)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the rest of the code asks these flags instead of the backend's type."""
+
+    supports_hint: bool
+    deterministic: bool
+    integer_coefficients_only: bool
+    supports_time_limit: bool = True
+
+
+class Backend(Protocol):
+    """One solver backend."""
+
+    name: ClassVar[str]
+    extra: ClassVar[str | None]
+    capabilities: ClassVar[Capabilities]
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """True when the backend's package imports."""
+        ...
+
+    def solve(self, model: LinearModel, *, time_limit_s: float) -> SolveResult:
+        """Solve ``model`` to optimality (zero gap) or until the time limit."""
+        ...
+
+
+def evaluate_objective(model: LinearModel, values: tuple[float, ...]) -> float:
+    """``c·x + offset`` at ``values``."""
+    return model.offset + sum(c * v for c, v in zip(model.cost, values, strict=True))

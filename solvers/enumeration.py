@@ -1,0 +1,91 @@
+"""PEARL's exact enumeration over mode × P:D ratio for a homogeneous pool, and the no-solver fallback.
+
+Every usable worker is used (PEARL's assumption); candidates are colocated with N workers and disaggregated
+with N_P = 1..N−1, N_D = N − N_P, O(N) in all. Each candidate's slots follow PEARL's minimal-change rule
+(Eq. 5–6): every class keeps its current role up to the target count, deficits are filled with new workers
+first, then with re-roled survivors — prefill preferring volatile GPUs, decode stable ones. The result is
+exact for homogeneous pools where using every worker is optimal; elsewhere it is a good start solution for
+the MILP and the answer when no solver is installed.
+"""
+
+from __future__ import annotations
+
+from pearl_sched.state import Mode, Role, Zone
+
+from .formulation import ROLES, ClassProblem, ClassSolution, Counts, evaluate
+
+_STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
+
+
+def usable_workers(problem: ClassProblem) -> int:
+    """How many slots fit the budget, taking those in use first, then the most stable."""
+    order = sorted(
+        range(len(problem.classes)),
+        key=lambda k: (problem.classes[k].current_role is None, _STABILITY[problem.classes[k].zone], k),
+    )
+    gpus = workers = 0
+    for k in order:
+        cls = problem.classes[k]
+        if not cls.eligible:
+            continue
+        take = min(cls.size, (problem.max_gpus - gpus) // cls.tp)
+        gpus += take * cls.tp
+        workers += take
+    return workers
+
+
+def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
+    """Per-class counts reaching ``targets`` with the fewest changes (PEARL Eq. 5–6), or ``None``."""
+    counts = [[0, 0, 0] for _ in problem.classes]
+    free = [c.size for c in problem.classes]
+    gpus_left = problem.max_gpus
+    remaining = dict(targets)
+    for k, cls in enumerate(problem.classes):  # keep each role up to its target count
+        role = cls.current_role
+        if role is not None and role in cls.eligible and remaining.get(role, 0) > 0:
+            keep = min(cls.size, remaining[role], gpus_left // cls.tp)
+            counts[k][ROLES.index(role)] += keep
+            free[k] -= keep
+            remaining[role] -= keep
+            gpus_left -= keep * cls.tp
+    for role in (Role.DECODE, Role.COLOCATED, Role.PREFILL):  # decode picks stable GPUs before prefill
+        volatile_first = role is Role.PREFILL
+        order = sorted(
+            (k for k, c in enumerate(problem.classes) if role in c.eligible and not c.fixed),
+            key=lambda k: (
+                problem.classes[k].current_role is not None,  # new workers before re-roled survivors
+                -_STABILITY[problem.classes[k].zone] if volatile_first else _STABILITY[problem.classes[k].zone],
+                k,
+            ),
+        )
+        for k in order:
+            if remaining.get(role, 0) <= 0:
+                break
+            cls = problem.classes[k]
+            take = min(free[k], remaining[role], gpus_left // cls.tp)
+            counts[k][ROLES.index(role)] += take
+            free[k] -= take
+            remaining[role] -= take
+            gpus_left -= take * cls.tp
+    if any(v > 0 for v in remaining.values()):
+        return None
+    return tuple((p, d, c) for p, d, c in counts)
+
+
+def enumerate_configurations(problem: ClassProblem) -> ClassSolution | None:
+    """The best candidate of PEARL's enumeration, scored with the exact objective."""
+    n = usable_workers(problem)
+    best: ClassSolution | None = None
+    candidates: list[tuple[Mode, dict[Role, int]]] = []
+    if Mode.COLOCATED in problem.modes and n >= 1:
+        candidates.append((Mode.COLOCATED, {Role.COLOCATED: n}))
+    if Mode.DISAGGREGATED in problem.modes:
+        candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in range(1, n))
+    for mode, targets in candidates:
+        counts = assign(problem, targets)
+        if counts is None:
+            continue
+        solution = evaluate(problem, mode, counts)
+        if solution is not None and (best is None or solution.objective < best.objective - 1e-12):
+            best = solution
+    return best

@@ -1,0 +1,431 @@
+r"""The class-level planning problem and its MILP.
+
+Slots that are interchangeable — same zone, GPU type, node group, current role and TP degree — form a
+*class* k of size n_k. The MILP decides how many slots of each class take each rollout role; a cheap,
+deterministic mapping (``pearl_sched.transition``) then turns counts into concrete slots. The model grows
+with the number of classes, not GPUs.
+
+Model
+-----
+Data: classes k with size n_k, TP degree g_k, eligible roles R_k ⊆ {P, D, C}, capacity weights κ_kr
+(reference workers per slot, from the makespan model), KV bytes H_k, prefill throughput π_k, per-slot
+transition cost c_kr of ending in role r (r = off included; 0 for keeping the current role). Pool times
+f_r(E) = a_r + w_r / E (convex, decreasing; ``MakespanTerms``). ρ = R/B the unfinished fraction, G the GPU
+budget, Q the KV bytes the unfinished trajectories need, λ the prefill demand, τ the admission pause.
+
+Variables: y_kr ∈ ℤ, 0 ≤ y_kr ≤ n_k for r ∈ R_k (the count of class k in role r); m ∈ {0,1} (1 when
+disaggregated); T ≥ 0 (the pool makespan, environment time excluded); u ∈ {0,1} (some new worker is
+admitted, pausing admission once).
+
+    minimise   ρ·(T + T_env) + Σ_k Σ_r (c_kr − c_k,off)·y_kr + Σ_k c_k,off·n_k + τ·u
+
+    subject to Σ_r y_kr ≤ n_k                                  (each slot has at most one role)
+               Σ_k g_k Σ_r y_kr ≤ G                            (GPU budget)
+               1 − m ≤ Σ_k y_kC ≤ U_C·(1 − m)                  (colocated iff m = 0)
+               m ≤ Σ_k y_kP ≤ U_P·m,  m ≤ Σ_k y_kD ≤ U_D·m      (≥1 P and ≥1 D iff m = 1)
+               Σ_k H_k·y_kD ≥ Q·m,   Σ_k H_k·y_kC ≥ Q·(1 − m)  (KV capacity)
+               Σ_k π_k·y_kP ≥ λ·m,   Σ_k π_k·y_kC ≥ λ·(1 − m)  (prefill capacity)
+               u ≥ Σ_{k new} Σ_r y_kr / U_new                  (admission pause)
+               T ≥ f_r(e) + f_r'(e)·(E_r − e) − M·[r inactive]  for every cut point e of role r,
+               with E_r = Σ_k κ_kr·y_kr
+
+Zone rules, mandatory returns and the hysteresis "keep" candidate are expressed through R_k and fixed
+bounds. The makespan cuts are tangents of a convex function, hence valid under-estimators; the solve loop
+(:func:`solve_class_problem`) adds the tangent at the incumbent capacity until the cut value equals
+f_r(E_r) there, so the final answer is optimal for the exact objective (outer approximation, finitely many
+capacity values). The objective's constant terms ensure the reported objective equals
+:func:`evaluate` at the solution.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pearl_sched.makespan import MakespanTerms, PoolTerms
+from pearl_sched.state import Mode, Role, Zone
+
+from .base import Backend, LinearModel, SolveResult
+
+ROLES: tuple[Role, Role, Role] = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+_MODE_ROLES = {Mode.DISAGGREGATED: (Role.PREFILL, Role.DECODE), Mode.COLOCATED: (Role.COLOCATED,)}
+_CUT_TOLERANCE = 1e-6
+_MAX_CUT_ROUNDS = 60
+
+
+@dataclass(frozen=True)
+class SlotClass:
+    """Interchangeable worker slots.
+
+    ``cost[r]`` is the objective seconds per slot of ending in rollout role r, ``cost[None]`` of ending
+    outside rollout (off, or back with the trainer). ``fixed`` keeps every slot in its current role.
+    ``tag`` is free for the caller (the planner records the slot category there).
+    """
+
+    key: str
+    slot_ids: tuple[str, ...]
+    gpu_type: str
+    tp: int
+    zone: Zone
+    node_group: str
+    current_role: Role | None
+    eligible: frozenset[Role]
+    weight: Mapping[Role, float]
+    kv_bytes: float
+    prefill_tokens_per_s: float
+    cost: Mapping[Role | None, float]
+    pauses_admission: bool = False
+    fixed: bool = False
+    tag: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.slot_ids)
+
+
+@dataclass(frozen=True)
+class ClassProblem:
+    """Everything the MILP, the enumeration and the brute-force oracle solve."""
+
+    classes: tuple[SlotClass, ...]
+    terms: MakespanTerms
+    unfinished_fraction: float
+    max_gpus: int
+    kv_required_bytes: float
+    min_prefill_tokens_per_s: float
+    admission_pause_s: float
+    modes: tuple[Mode, ...] = (Mode.COLOCATED, Mode.DISAGGREGATED)
+
+    def with_classes(self, classes: Sequence[SlotClass]) -> ClassProblem:
+        """The same problem over other classes."""
+        return ClassProblem(
+            tuple(classes),
+            self.terms,
+            self.unfinished_fraction,
+            self.max_gpus,
+            self.kv_required_bytes,
+            self.min_prefill_tokens_per_s,
+            self.admission_pause_s,
+            self.modes,
+        )
+
+
+Counts = tuple[tuple[int, int, int], ...]
+"""Per class, the number of slots in (prefill, decode, colocated)."""
+
+
+@dataclass(frozen=True)
+class ClassSolution:
+    """A configuration at class level and its exact score."""
+
+    mode: Mode
+    counts: Counts
+    makespan_s: float
+    pool_times_s: Mapping[Role, float]
+    transition_cost: float
+    objective: float
+    capacity: Mapping[Role, float] = field(default_factory=dict)
+
+
+def capacity(problem: ClassProblem, counts: Counts) -> dict[Role, float]:
+    """Reference-worker capacity E_r of each role."""
+    return {
+        role: sum(c.weight.get(role, 0.0) * n[i] for c, n in zip(problem.classes, counts, strict=True))
+        for i, role in enumerate(ROLES)
+    }
+
+
+def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution | None:
+    """The exact objective of a configuration, or ``None`` when it breaks a constraint."""
+    if mode not in problem.modes:
+        return None
+    totals = [0, 0, 0]
+    gpus = 0
+    kv = {role: 0.0 for role in ROLES}
+    prefill_rate = {role: 0.0 for role in ROLES}
+    transition = 0.0
+    starts = False
+    for cls, n in zip(problem.classes, counts, strict=True):
+        if sum(n) > cls.size or min(n) < 0:
+            return None
+        for i, role in enumerate(ROLES):
+            if n[i] and role not in cls.eligible:
+                return None
+            totals[i] += n[i]
+            kv[role] += cls.kv_bytes * n[i]
+            prefill_rate[role] += cls.prefill_tokens_per_s * n[i]
+            transition += cls.cost[role] * n[i]
+        if cls.fixed and cls.current_role is not None and n[ROLES.index(cls.current_role)] != cls.size:
+            return None
+        transition += cls.cost[None] * (cls.size - sum(n))
+        gpus += cls.tp * sum(n)
+        starts = starts or (cls.pauses_admission and sum(n) > 0)
+    if gpus > problem.max_gpus:
+        return None
+    active = _MODE_ROLES[mode]
+    for i, role in enumerate(ROLES):
+        if (role in active) != (totals[i] > 0):
+            return None
+    memory_role = Role.DECODE if mode is Mode.DISAGGREGATED else Role.COLOCATED
+    if kv[memory_role] < problem.kv_required_bytes:
+        return None
+    prefill_role = Role.PREFILL if mode is Mode.DISAGGREGATED else Role.COLOCATED
+    if prefill_rate[prefill_role] < problem.min_prefill_tokens_per_s:
+        return None
+    cap = capacity(problem, counts)
+    pool_times = {role: problem.terms.pool(role).time_s(cap[role]) for role in active}
+    makespan = max(pool_times.values()) + problem.terms.environment_s
+    if starts:
+        transition += problem.admission_pause_s
+    objective = problem.unfinished_fraction * makespan + transition
+    return ClassSolution(mode, counts, makespan, pool_times, transition, objective, cap)
+
+
+@dataclass
+class _Columns:
+    y: dict[tuple[int, Role], int]
+    mode: int
+    makespan: int
+    admission: int | None
+
+
+def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]) -> tuple[LinearModel, _Columns]:
+    """The MILP of the module docstring with the given makespan cuts ``(role, intercept, slope)``."""
+    model = LinearModel()
+    rho = problem.unfinished_fraction
+    y: dict[tuple[int, Role], int] = {}
+    for k, cls in enumerate(problem.classes):
+        for role in ROLES:
+            if role in cls.eligible:
+                fixed = cls.fixed and role == cls.current_role
+                cost = cls.cost[role] - cls.cost[None]
+                lo = float(cls.size) if fixed else 0.0
+                y[k, role] = model.add_var(f"y[{cls.key},{role.value}]", lo, cls.size, integer=True, cost=cost)
+        model.offset += cls.cost[None] * cls.size
+        if cls.fixed and cls.current_role is not None and cls.current_role not in cls.eligible:
+            model.add_row({}, lo=1.0)  # a fixed class that may not keep its role: infeasible by construction
+    allow_c, allow_d = Mode.COLOCATED in problem.modes, Mode.DISAGGREGATED in problem.modes
+    m = model.add_var("disaggregated", 0.0 if allow_c else 1.0, 1.0 if allow_d else 0.0, integer=True)
+    upper = _max_pool_time(problem)
+    t = model.add_var("makespan", 0.0, upper, integer=False, cost=rho)
+    model.offset += rho * problem.terms.environment_s
+
+    for k, cls in enumerate(problem.classes):
+        row = {y[k, r]: 1.0 for r in ROLES if (k, r) in y}
+        if row:
+            model.add_row(row, hi=float(cls.size))
+    model.add_row({j: float(problem.classes[k].tp) for (k, _), j in y.items()}, hi=float(problem.max_gpus))
+
+    def role_sum(role: Role, coef: Mapping[int, float] | None = None) -> dict[int, float]:
+        return {j: (coef[k] if coef else 1.0) for (k, r), j in y.items() if r == role}
+
+    for role in ROLES:
+        bound = float(sum(c.size for c in problem.classes if role in c.eligible))
+        on_when_disagg = role is not Role.COLOCATED
+        sign = 1.0 if on_when_disagg else -1.0
+        # active: n ≥ 1 and n ≤ U when on; n = 0 when off.
+        model.add_row({**role_sum(role), m: -sign * bound}, hi=0.0 if on_when_disagg else bound)
+        model.add_row({**role_sum(role), m: -sign}, lo=0.0 if on_when_disagg else 1.0)
+    kv = {k: c.kv_bytes for k, c in enumerate(problem.classes)}
+    rate = {k: c.prefill_tokens_per_s for k, c in enumerate(problem.classes)}
+    for need, coef, role_d, role_c in (
+        (problem.kv_required_bytes, kv, Role.DECODE, Role.COLOCATED),
+        (problem.min_prefill_tokens_per_s, rate, Role.PREFILL, Role.COLOCATED),
+    ):
+        if need > 0:  # rows divided by the need, so coefficients stay near 1 for every backend
+            scaled = {k: v / need for k, v in coef.items()}
+            model.add_row({**role_sum(role_d, scaled), m: -1.0}, lo=0.0)
+            model.add_row({**role_sum(role_c, scaled), m: 1.0}, lo=1.0)
+    admission = None
+    new = {j: 1.0 for (k, _), j in y.items() if problem.classes[k].pauses_admission}
+    if new and problem.admission_pause_s > 0:
+        admission = model.add_var("admission", 0.0, 1.0, integer=True, cost=problem.admission_pause_s)
+        model.add_row({**new, admission: -float(sum(c.size for c in problem.classes if c.pauses_admission))}, hi=0.0)
+    columns = _Columns(y, m, t, admission)
+    for role, intercept, slope in cuts:
+        add_cut(model, problem, columns, role, intercept, slope)
+    return model, columns
+
+
+def add_cut(
+    model: LinearModel, problem: ClassProblem, columns: _Columns, role: Role, intercept: float, slope: float
+) -> None:
+    """Add ``T ≥ intercept + slope·E_role``, switched off (by the mode variable) when the role is off."""
+    row = {j: -slope * problem.classes[k].weight[r] for (k, r), j in columns.y.items() if r == role}
+    row[columns.makespan] = 1.0
+    if role is Role.COLOCATED:  # active when m = 0:  T − slope·E + intercept·m ≥ intercept
+        row[columns.mode] = intercept
+        model.add_row(row, lo=intercept)
+    else:  # active when m = 1:  T − slope·E − intercept·m ≥ 0
+        row[columns.mode] = -intercept
+        model.add_row(row, lo=0.0)
+
+
+def tangent(terms: PoolTerms, e: float) -> tuple[float, float]:
+    """(intercept, slope) of the tangent of ``fixed + work/E`` at ``e``: valid everywhere (convexity)."""
+    return terms.fixed_s + 2.0 * terms.work_s / e, -terms.work_s / (e * e)
+
+
+def secant(terms: PoolTerms, a: float, b: float) -> tuple[float, float]:
+    """(intercept, slope) of the chord between ``a`` and ``b``: exact at both, below f outside [a, b].
+
+    Valid only where capacities live on a lattice of step ``b − a`` (one worker weight for the role).
+    """
+    fa, fb = terms.time_s(a), terms.time_s(b)
+    slope = (fb - fa) / (b - a)
+    return fa - slope * a, slope
+
+
+def lattice_step(problem: ClassProblem, role: Role) -> float | None:
+    """The common capacity weight of every class eligible for ``role``, or None when they differ."""
+    weights = {c.weight[role] for c in problem.classes if role in c.eligible}
+    return weights.pop() if len(weights) == 1 else None
+
+
+def cuts_near(problem: ClassProblem, role: Role, e: float, window: int) -> list[tuple[float, float]]:
+    """Cuts tight at ``e``: chords to lattice neighbours within ``window`` steps, else the tangent."""
+    terms = problem.terms.pool(role)
+    step = lattice_step(problem, role)
+    if step is None:
+        return [tangent(terms, e)]
+    top = sum(c.size for c in problem.classes if role in c.eligible) * step
+    centre = round(e / step)
+    points = [k * step for k in range(max(1, centre - window), centre + window + 1) if k * step <= top + 1e-9]
+    return [secant(terms, a, b) for a, b in itertools.pairwise(points)] or [tangent(terms, e)]
+
+
+def _max_pool_time(problem: ClassProblem) -> float:
+    """An upper bound on T: every pool time at the smallest non-zero capacity."""
+    worst = 0.0
+    for role in ROLES:
+        weights = [c.weight[role] for c in problem.classes if role in c.eligible and c.weight.get(role, 0) > 0]
+        if weights:
+            worst = max(worst, problem.terms.pool(role).time_s(min(weights)))
+    return worst * 1.000001 + 1.0
+
+
+def initial_cuts(
+    problem: ClassProblem, hint: ClassSolution | None = None, ratio: float = 1.5, window: int = 6
+) -> list[tuple[Role, float, float]]:
+    """Tangents on a geometric grid of each role's capacity range, and chords around the hint's capacity."""
+    cuts: list[tuple[Role, float, float]] = []
+    for role in ROLES:
+        members = [c for c in problem.classes if role in c.eligible]
+        if not members:
+            continue
+        terms = problem.terms.pool(role)
+        e = min(c.weight[role] for c in members)
+        hi = sum(c.weight[role] * c.size for c in members)
+        while e < hi:
+            cuts.append((role, *tangent(terms, e)))
+            e *= ratio
+        cuts.append((role, *tangent(terms, hi)))
+        if hint is not None and hint.capacity.get(role, 0.0) > 0:
+            cuts.extend((role, *cut) for cut in cuts_near(problem, role, hint.capacity[role], window))
+    return cuts
+
+
+@dataclass(frozen=True)
+class MilpOutcome:
+    """The MILP's answer after the cut loop."""
+
+    solution: ClassSolution | None
+    status: str
+    bound: float
+    wall_time_s: float
+    rounds: int
+    rounding_error: float
+
+
+def solve_class_problem(
+    problem: ClassProblem,
+    backend: Backend,
+    *,
+    time_limit_s: float,
+    hint: ClassSolution | None = None,
+) -> MilpOutcome:
+    """Solve the MILP with outer-approximation cuts until the makespan cuts are tight at the optimum.
+
+    Returns the best exactly-evaluated solution found; ``status`` is ``"optimal"`` when the loop closed,
+    ``"feasible"`` when the time limit stopped it with an incumbent, else the backend's status.
+    """
+    cuts = initial_cuts(problem, hint)
+    best: ClassSolution | None = hint
+    bound = -math.inf
+    wall = 0.0
+    rounding = 0.0
+    status = "no_solution"
+    for rounds in range(1, _MAX_CUT_ROUNDS + 1):
+        model, columns = build_model(problem, cuts)
+        if best is not None and backend.capabilities.supports_hint:
+            model.hint = _hint_vector(model, columns, problem, best)
+        result: SolveResult = backend.solve(model, time_limit_s=max(time_limit_s - wall, 1e-3))
+        wall += result.wall_time_s
+        rounding = max(rounding, result.rounding_error)
+        if not result.has_solution:
+            return MilpOutcome(best, "feasible" if best else result.status, bound, wall, rounds, rounding)
+        bound = max(bound, result.bound)
+        candidate = _decode(problem, columns, result.values)
+        if candidate is not None and (best is None or candidate.objective < best.objective - 1e-12):
+            best = candidate
+        if candidate is None:
+            return MilpOutcome(best, "feasible" if best else "error", bound, wall, rounds, rounding)
+        model_t = result.values[columns.makespan]
+        tight = True
+        for role, e in candidate.capacity.items():
+            if role in candidate.pool_times_s and e > 0:
+                exact = candidate.pool_times_s[role]
+                if model_t < exact - _CUT_TOLERANCE * max(1.0, exact):
+                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=1))
+                    tight = False
+        if tight and result.status == "optimal":
+            status = "optimal"
+            break
+        if wall >= time_limit_s:
+            status = "feasible"
+            break
+    else:
+        status = "feasible"
+    return MilpOutcome(best, status, bound, wall, rounds, rounding)
+
+
+def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:
+    mode = Mode.DISAGGREGATED if values[columns.mode] > 0.5 else Mode.COLOCATED
+    counts = tuple(
+        tuple(int(round(values[columns.y[k, r]])) if (k, r) in columns.y else 0 for r in ROLES)
+        for k in range(len(problem.classes))
+    )
+    return evaluate(problem, mode, counts)  # type: ignore[arg-type]
+
+
+def _hint_vector(model: LinearModel, columns: _Columns, problem: ClassProblem, solution: ClassSolution) -> list[float]:
+    hint = [0.0] * model.num_vars
+    for (k, role), j in columns.y.items():
+        hint[j] = float(solution.counts[k][ROLES.index(role)])
+    hint[columns.mode] = 1.0 if solution.mode is Mode.DISAGGREGATED else 0.0
+    hint[columns.makespan] = min(solution.makespan_s - problem.terms.environment_s, model.ub[columns.makespan])
+    if columns.admission is not None:
+        starts = any(problem.classes[k].pauses_admission and sum(n) > 0 for k, n in enumerate(solution.counts))
+        hint[columns.admission] = 1.0 if starts else 0.0
+    return hint
+
+
+def brute_force(problem: ClassProblem) -> ClassSolution | None:
+    """Exhaustive search over every per-class count vector and mode; for tiny instances and tests only."""
+    best: ClassSolution | None = None
+    per_class = [list(_compositions(c)) for c in problem.classes]
+    for mode in problem.modes:
+        for counts in itertools.product(*per_class):
+            solution = evaluate(problem, mode, counts)
+            if solution is not None and (best is None or solution.objective < best.objective - 1e-12):
+                best = solution
+    return best
+
+
+def _compositions(cls: SlotClass) -> Iterator[tuple[int, int, int]]:
+    ranges = [range(cls.size + 1) if role in cls.eligible else range(1) for role in ROLES]
+    for p, d, c in itertools.product(*ranges):
+        if p + d + c <= cls.size:
+            yield (p, d, c)

@@ -1,0 +1,100 @@
+"""HiGHS through highspy, called directly (no modelling layer): the default backend, chosen by measurement
+(``bench/plan_latency.py``): fastest on the class-level model and deterministic."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from typing import Any, ClassVar
+
+from pearl_sched.errors import SolverUnavailableError
+
+from ._quiet import silence_highs_banner
+from .base import Capabilities, LinearModel, SolveResult
+
+
+class HighsBackend:
+    """highspy with a fixed seed and zero relative MIP gap (HiGHS's MIP search is deterministic)."""
+
+    name: ClassVar[str] = "highs"
+    extra: ClassVar[str | None] = "highs"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        supports_hint=True, deterministic=True, integer_coefficients_only=False
+    )
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return importlib.util.find_spec("highspy") is not None
+
+    def solve(self, model: LinearModel, *, time_limit_s: float) -> SolveResult:
+        try:
+            import highspy
+        except ImportError:
+            raise SolverUnavailableError(self.name, self.extra) from None
+        start = time.perf_counter()
+        silence_highs_banner()
+        h = highspy.Highs()
+        for option, value in (
+            ("output_flag", False),
+            ("random_seed", 0),
+            ("mip_rel_gap", 0.0),
+            ("mip_abs_gap", 1e-9),
+            # Measured on the class-level model (tens of integers): presolve, symmetry detection and the
+            # feasibility-jump heuristic cost more than they save; the search stays exact.
+            ("presolve", "off"),
+            ("mip_detect_symmetry", False),
+            ("mip_heuristic_run_feasibility_jump", False),
+            ("time_limit", float(time_limit_s)),
+        ):
+            h.setOptionValue(option, value)
+        h.passModel(_to_highs_lp(highspy, model))
+        if model.hint is not None:
+            solution = highspy.HighsSolution()
+            solution.col_value = list(model.hint)
+            solution.value_valid = True
+            h.setSolution(solution)
+        h.run()
+        status = h.getModelStatus()
+        info = h.getInfo()
+        wall = time.perf_counter() - start
+        has_point = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        if status == highspy.HighsModelStatus.kOptimal:
+            kind = "optimal"
+        elif status == highspy.HighsModelStatus.kInfeasible:
+            return SolveResult("infeasible", (), math.inf, math.inf, wall)
+        elif has_point:
+            kind = "feasible"
+        else:
+            return SolveResult("no_solution", (), math.inf, -math.inf, wall, message=h.modelStatusToString(status))
+        values = tuple(float(v) for v in h.getSolution().col_value)
+        bound = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else float(info.objective_function_value)
+        return SolveResult(kind, values, float(info.objective_function_value), bound, wall)
+
+
+def _to_highs_lp(highspy: Any, model: LinearModel) -> Any:
+    lp = highspy.HighsLp()
+    lp.num_col_ = model.num_vars
+    lp.num_row_ = len(model.rows)
+    lp.col_cost_ = list(model.cost)
+    lp.col_lower_ = list(model.lb)
+    lp.col_upper_ = list(model.ub)
+    lp.offset_ = model.offset
+    lp.row_lower_ = [lo if math.isfinite(lo) else -highspy.kHighsInf for lo in model.row_lo]
+    lp.row_upper_ = [hi if math.isfinite(hi) else highspy.kHighsInf for hi in model.row_hi]
+    starts, index, value = [0], [], []
+    for row in model.rows:
+        for j in sorted(row):
+            index.append(j)
+            value.append(row[j])
+        starts.append(len(index))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = model.num_vars
+    lp.a_matrix_.num_row_ = len(model.rows)
+    lp.a_matrix_.start_ = starts
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
+    lp.integrality_ = [
+        highspy.HighsVarType.kInteger if is_int else highspy.HighsVarType.kContinuous for is_int in model.integer
+    ]
+    return lp
