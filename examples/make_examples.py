@@ -59,6 +59,7 @@ def params(load: Workload) -> PearlParams:
         devices=(device,),
         switch_overhead_s=0.0,
         kv_bandwidth_bytes_per_s=50e9,
+        kv_bandwidth_per_prefill_worker=True,
         source="fit of Dynamo profile_sla H200 Llama-3.1-8B-FP8 TP1; BW from aiconfigurator h200_sxm.yaml",
     )
 

@@ -146,6 +146,10 @@ class PearlParams(Frozen):
     devices: tuple[DeviceParams, ...] = Field(min_length=1)
     switch_overhead_s: NonNegFloat = Field(description="T_over: per-turn colocation switching overhead")
     kv_bandwidth_bytes_per_s: PosFloat = Field(description="BW: P→D KV transfer bandwidth")
+    kv_bandwidth_per_prefill_worker: bool = Field(
+        default=False,
+        description="BW is each prefill worker's own link (aggregate N_P·BW) rather than PEARL's single BW",
+    )
     source: str = ""
 
     @model_validator(mode="after")
@@ -210,8 +214,13 @@ class PearlMakespanModel:
         dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
         theta = workload.bubble_ratio
         transfer_s = s * b * dl * workload.kv_bytes_per_token / self.params.kv_bandwidth_bytes_per_s
+        prefill_work = s * b * dl * ref.prefill_s_per_token
+        if self.params.kv_bandwidth_per_prefill_worker:  # each prefill worker pushes over its own link
+            prefill = PoolTerms(fixed_s=0.0, work_s=prefill_work + transfer_s)
+        else:
+            prefill = PoolTerms(fixed_s=transfer_s, work_s=prefill_work)
         return MakespanTerms(
-            prefill=PoolTerms(fixed_s=transfer_s, work_s=s * b * dl * ref.prefill_s_per_token),
+            prefill=prefill,
             decode=PoolTerms(fixed_s=s * r * ref.decode_iteration_s * (1 + theta), work_s=s * r * ref.decode_per_seq_s * b),
             colocated=PoolTerms(
                 fixed_s=s * (r * ref.decode_iteration_s + self.params.switch_overhead_s),
@@ -243,8 +252,8 @@ class PearlMakespanModel:
         if capacity.prefill <= 0 or capacity.decode <= 0:
             raise ValueError("a disaggregated configuration needs prefill and decode capacity > 0")
         terms = self.terms(workload)
-        prefill = terms.prefill.work_s / capacity.prefill
-        transfer = terms.prefill.fixed_s
+        prefill = s * b * dl * ref.prefill_s_per_token / capacity.prefill
+        transfer = terms.prefill.time_s(capacity.prefill) - prefill
         decode = terms.decode.time_s(capacity.decode)
         return MakespanBreakdown(
             total_s=max(prefill + transfer, decode) + env,

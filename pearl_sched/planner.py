@@ -45,6 +45,7 @@ from pearl_sched.transition import assign_slots, assignment_tuple, build_actions
 logger = logging.getLogger(__name__)
 
 _FLIP = frozenset({Role.PREFILL, Role.DECODE})
+_START_WINDOW = 8  # splits around the balance point tried for the MILP's start solution
 
 
 class _Category(Enum):
@@ -85,10 +86,10 @@ class _Solves:
 
     def solve(self, problem: ClassProblem) -> ClassSolution | None:
         self.count += 1
-        start_solution = enumerate_configurations(problem)
         if self.backend == "enumeration":
             self.statuses += ("enumerated",)
-            return start_solution
+            return enumerate_configurations(problem)
+        start_solution = enumerate_configurations(problem, window=_START_WINDOW)
         outcome = solve_class_problem(
             problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
         )
@@ -389,10 +390,12 @@ def _cat(cls: SlotClass) -> _Category:
 def _classes(
     state: ClusterState, model: MakespanModel, slots: Iterable[_Slot], costs: TransitionCosts, n_ref: int
 ) -> tuple[SlotClass, ...]:
+    # Node groups are not in the key: no constraint or cost depends on them yet, so slots that differ only
+    # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
     groups: dict[tuple[str, ...], list[_Slot]] = {}
     for s in slots:
         role = s.worker.rollout_role
-        key = (s.zone.value, s.gpu_type, s.node_group, f"tp{s.tp}", role.value if role else "off", s.category.value)
+        key = (s.zone.value, s.gpu_type, f"tp{s.tp}", role.value if role else "off", s.category.value)
         groups.setdefault(key, []).append(s)
     workload = state.workload
     classes = []
@@ -408,7 +411,7 @@ def _classes(
                 gpu_type=first.gpu_type,
                 tp=first.tp,
                 zone=first.zone,
-                node_group=first.node_group,
+                node_group=first.node_group if len({m.node_group for m in members}) == 1 else "*",
                 current_role=current,
                 eligible=eligible,
                 weight={r: model.capacity_weight(workload, first.gpu_type, first.tp, r) for r in ROLLOUT_ROLES},
@@ -500,16 +503,17 @@ def input_digest(
     policy_state: PolicyState,
     backend: str,
 ) -> str:
-    """SHA-256 of the canonical JSON of every input of ``plan()``."""
-    payload = {
-        "state": state.model_dump(mode="json"),
-        "model": model.describe(),
-        "costs": costs.model_dump(mode="json"),
-        "policy": policy.model_dump(mode="json"),
-        "policy_state": policy_state.model_dump(mode="json"),
-        "backend": backend,
-    }
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+    """SHA-256 over every input of ``plan()``, each in a canonical JSON form.
+
+    Pydantic writes fields in declaration order, so ``model_dump_json`` is canonical for the value objects
+    (and several times faster than sorting keys in Python on large states).
+    """
+    digest = hashlib.sha256()
+    for part in (state, costs, policy, policy_state):
+        digest.update(part.model_dump_json().encode())
+        digest.update(b"\x1e")
+    digest.update(canonical_json({"model": model.describe(), "backend": backend}).encode())
+    return digest.hexdigest()
 
 
 def current_counts(state: ClusterState) -> Mapping[Role, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Frozen(BaseModel):
     """Base of every value object: immutable, unknown fields rejected, NaN and infinity rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ignored_types=(cached_property,))
 
 
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -215,15 +216,16 @@ class ClusterState(Frozen):
 
     def gpu(self, gpu_id: str) -> GPU:
         """The GPU with this id."""
-        for g in self.gpus:
-            if g.id == gpu_id:
-                return g
-        raise KeyError(gpu_id)
+        return self._gpu_index[gpu_id]
 
     def worker_gpus(self, worker: Worker) -> tuple[GPU, ...]:
         """The GPUs of a worker slot, in its order."""
-        index = {g.id: g for g in self.gpus}
+        index = self._gpu_index
         return tuple(index[g] for g in worker.gpu_ids)
+
+    @cached_property
+    def _gpu_index(self) -> dict[str, GPU]:
+        return {g.id: g for g in self.gpus}
 
     @property
     def mode(self) -> Mode | None:

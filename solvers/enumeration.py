@@ -72,15 +72,24 @@ def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
     return tuple((p, d, c) for p, d, c in counts)
 
 
-def enumerate_configurations(problem: ClassProblem) -> ClassSolution | None:
-    """The best candidate of PEARL's enumeration, scored with the exact objective."""
+def enumerate_configurations(problem: ClassProblem, window: int | None = None) -> ClassSolution | None:
+    """The best candidate of PEARL's enumeration, scored with the exact objective.
+
+    ``window=None`` tries every split N_P = 1..N−1 (PEARL's search). With a window, only the splits within
+    ``window`` of the balance point (where the prefill pool stops being the slower one) are tried: O(window)
+    instead of O(N), which is what the MILP's start solution needs.
+    """
     n = usable_workers(problem)
     best: ClassSolution | None = None
     candidates: list[tuple[Mode, dict[Role, int]]] = []
     if Mode.COLOCATED in problem.modes and n >= 1:
         candidates.append((Mode.COLOCATED, {Role.COLOCATED: n}))
-    if Mode.DISAGGREGATED in problem.modes:
-        candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in range(1, n))
+    if Mode.DISAGGREGATED in problem.modes and n >= 2:
+        splits = range(1, n)
+        if window is not None:
+            centre = _balance_point(problem, n)
+            splits = range(max(1, centre - window), min(n - 1, centre + window) + 1)
+        candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in splits)
     for mode, targets in candidates:
         counts = assign(problem, targets)
         if counts is None:
@@ -89,3 +98,17 @@ def enumerate_configurations(problem: ClassProblem) -> ClassSolution | None:
         if solution is not None and (best is None or solution.objective < best.objective - 1e-12):
             best = solution
     return best
+
+
+def _balance_point(problem: ClassProblem, n: int) -> int:
+    """Smallest N_P whose prefill pool is no slower than the decode pool of the other N − N_P workers,
+    with capacities in reference workers (binary search: the prefill time falls and the decode time rises)."""
+    prefill, decode = problem.terms.prefill, problem.terms.decode
+    lo, hi = 1, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if prefill.time_s(mid) <= decode.time_s(n - mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

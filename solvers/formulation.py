@@ -42,7 +42,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pearl_sched.makespan import MakespanTerms, PoolTerms
 from pearl_sched.state import Mode, Role, Zone
@@ -346,32 +346,70 @@ def solve_class_problem(
     time_limit_s: float,
     hint: ClassSolution | None = None,
 ) -> MilpOutcome:
-    """Solve the MILP with outer-approximation cuts until the makespan cuts are tight at the optimum.
+    """Solve the MILP exactly: one mode at a time, each with outer-approximation cuts refined until tight.
 
-    Returns the best exactly-evaluated solution found; ``status`` is ``"optimal"`` when the loop closed,
+    Fixing the mode removes the big-M coupling, so each model's LP relaxation is tight and the search small;
+    the mode of the start solution goes first and its optimum is a cutoff for the other mode. Returns the
+    best exactly-evaluated solution; ``status`` is ``"optimal"`` when every mode's loop closed,
     ``"feasible"`` when the time limit stopped it with an incumbent, else the backend's status.
     """
+    best = hint
+    modes = sorted(problem.modes, key=lambda m: hint is None or m is not hint.mode)
+    wall, rounds, rounding, bound = 0.0, 0, 0.0, math.inf
+    statuses = []
+    for mode in modes:
+        sub = replace(problem, modes=(mode,))
+        start = best if best is not None and best.mode is mode else None
+        cutoff = best.objective if best is not None else None
+        outcome = _solve_mode(sub, backend, time_limit_s=max(time_limit_s - wall, 1e-3), hint=start, cutoff=cutoff)
+        wall += outcome.wall_time_s
+        rounds += outcome.rounds
+        rounding = max(rounding, outcome.rounding_error)
+        bound = min(bound, outcome.bound)  # the problem's bound is the weaker of the modes'
+        statuses.append(outcome.status)
+        if outcome.solution is not None and (best is None or outcome.solution.objective < best.objective - 1e-12):
+            best = outcome.solution
+    if best is not None:
+        bound = min(bound, best.objective)
+    if all(s in ("optimal", "infeasible") for s in statuses):
+        status = "optimal" if best is not None else "infeasible"
+    else:
+        status = "feasible" if best is not None else next(s for s in statuses if s not in ("optimal", "infeasible"))
+    return MilpOutcome(best, status, bound, wall, rounds, rounding)
+
+
+def _solve_mode(
+    problem: ClassProblem,
+    backend: Backend,
+    *,
+    time_limit_s: float,
+    hint: ClassSolution | None,
+    cutoff: float | None,
+) -> MilpOutcome:
+    """The cut loop for a single-mode problem. ``infeasible`` means nothing beats ``cutoff`` here."""
     cuts = initial_cuts(problem, hint)
     best: ClassSolution | None = hint
-    bound = -math.inf
-    wall = 0.0
-    rounding = 0.0
-    status = "no_solution"
+    bound, wall, rounding = -math.inf, 0.0, 0.0
     for rounds in range(1, _MAX_CUT_ROUNDS + 1):
         model, columns = build_model(problem, cuts)
+        if cutoff is not None:  # cuts under-estimate, so any solution better than the cutoff satisfies this
+            model.add_row({j: c for j, c in enumerate(model.cost) if c}, hi=cutoff - model.offset + 1e-9 * max(1.0, abs(cutoff)))
         if best is not None and backend.capabilities.supports_hint:
             model.hint = _hint_vector(model, columns, problem, best)
         result: SolveResult = backend.solve(model, time_limit_s=max(time_limit_s - wall, 1e-3))
         wall += result.wall_time_s
         rounding = max(rounding, result.rounding_error)
+        if result.status == "infeasible":
+            status = "optimal" if best is not None else "infeasible"
+            return MilpOutcome(best, status, cutoff if cutoff is not None else math.inf, wall, rounds, rounding)
         if not result.has_solution:
             return MilpOutcome(best, "feasible" if best else result.status, bound, wall, rounds, rounding)
         bound = max(bound, result.bound)
         candidate = _decode(problem, columns, result.values)
-        if candidate is not None and (best is None or candidate.objective < best.objective - 1e-12):
-            best = candidate
         if candidate is None:
             return MilpOutcome(best, "feasible" if best else "error", bound, wall, rounds, rounding)
+        if best is None or candidate.objective < best.objective - 1e-12:
+            best = candidate
         model_t = result.values[columns.makespan]
         tight = True
         for role, e in candidate.capacity.items():
@@ -381,14 +419,10 @@ def solve_class_problem(
                     cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=1))
                     tight = False
         if tight and result.status == "optimal":
-            status = "optimal"
-            break
+            return MilpOutcome(best, "optimal", bound, wall, rounds, rounding)
         if wall >= time_limit_s:
-            status = "feasible"
             break
-    else:
-        status = "feasible"
-    return MilpOutcome(best, status, bound, wall, rounds, rounding)
+    return MilpOutcome(best, "feasible", bound, wall, rounds, rounding)
 
 
 def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:

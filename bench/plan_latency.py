@@ -1,0 +1,101 @@
+"""plan() latency, side by side for every installed backend and PEARL's enumeration.
+
+Clusters of 16 … 4,096 GPUs, one or two GPU types (H200 and H100, TP1 workers), in a running state: half the
+dedicated and in-use preemptible GPUs serving a 1:3 P:D split, 10% of the preemptible GPUs just preempted,
+idle preemptible GPUs waiting to join and training GPUs lendable for 15 minutes; four node groups; the batch
+grows with the cluster (16 trajectories per GPU). Each line:
+
+    plan_latency gpus=<N> types=<1|2> backend=<name> p50_ms=<x> p95_ms=<y> objective=<J> plan=<ratio>
+
+``backend=auto`` is plan() with its default settings (the measured default backend).
+
+Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pearl_sched import GPU, Budget, ClusterState, Role, Status, Worker, Zone, plan  # noqa: E402
+from pearl_sched.solvers import available_backends  # noqa: E402
+from tests.builders import MODEL, workload  # noqa: E402
+
+SLOW_BACKEND_BUDGET_S = 20.0
+
+
+def cluster(gpus: int, types: int) -> ClusterState:
+    """A running cluster as described in the module docstring."""
+    gpu_list, workers = [], []
+    for i in range(gpus):
+        share = i / gpus
+        zone = Zone.DEDICATED if share < 0.25 else Zone.PREEMPTIBLE if share < 0.75 else Zone.OVERLAP
+        gpu_type = "h100" if types == 2 and (i // 8) % 2 else "h200"
+        available = not (zone is Zone.PREEMPTIBLE and i % 10 == 0)
+        gid = f"g{i}"
+        gpu_list.append(
+            GPU(
+                id=gid,
+                node=f"n{i // 8}",
+                type=gpu_type,
+                zone=zone,
+                node_group=f"pod{(i // 8) % 4}",
+                available=available,
+                reclaim_in_s=900.0 if zone is Zone.OVERLAP else None,
+            )
+        )
+        serving = zone is Zone.DEDICATED or (zone is Zone.PREEMPTIBLE and share < 0.5)
+        if serving:
+            role, status = (Role.PREFILL if i % 4 == 0 else Role.DECODE), Status.ACTIVE
+        elif zone is Zone.OVERLAP:
+            role, status = Role.TRAINING, Status.ACTIVE
+        else:
+            role, status = Role.DECODE, Status.INACTIVE
+        workers.append(Worker(id=f"w{i}", gpu_ids=(gid,), role=role, status=status))
+    batch = 16 * gpus
+    return ClusterState(
+        gpus=tuple(gpu_list),
+        workers=tuple(workers),
+        workload=workload(batch_size=batch, unfinished=batch * 3 // 4),
+        budget=Budget(max_gpus=gpus),
+    )
+
+
+def measure(state: ClusterState, backend: str, repeats: int) -> tuple[list[float], object]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = plan(state, MODEL, backend=backend, time_limit_s=30.0)
+        times.append((time.perf_counter() - start) * 1000)
+        if sum(times) > SLOW_BACKEND_BUDGET_S * 1000:
+            break
+    return times, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="16,64,256,1024,4096")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--backends", default=",".join(["auto", *available_backends(), "enumeration"]))
+    args = parser.parse_args()
+    for gpus in (int(s) for s in args.sizes.split(",")):
+        for types in (1, 2):
+            state = cluster(gpus, types)
+            for backend in args.backends.split(","):
+                times, result = measure(state, backend, args.repeats)
+                p50 = statistics.median(times)
+                p95 = sorted(times)[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+                print(
+                    f"plan_latency gpus={gpus} types={types} backend={backend} p50_ms={p50:.1f} p95_ms={p95:.1f}"
+                    f" objective={result.objective_s:.4f} plan={result.ratio}",  # type: ignore[attr-defined]
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
