@@ -19,8 +19,9 @@ import json
 import statistics
 from pathlib import Path
 
-from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
 from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
+
+from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
 from pearl_sched.request import PlanRequest
 
 DATA = Path("../shared/data")
@@ -28,7 +29,9 @@ OUT = Path("examples")
 
 
 def workload() -> Workload:
-    rows = [r for r in csv.DictReader((DATA / "agentic/agentic_turns.csv").open()) if r["source"].startswith("tau-bench")]
+    rows = [
+        r for r in csv.DictReader((DATA / "agentic/agentic_turns.csv").open()) if r["source"].startswith("tau-bench")
+    ]
     turns: dict[str, int] = {}
     for r in rows:
         turns[r["trajectory_id"]] = max(turns.get(r["trajectory_id"], 0), int(r["turn_index"]) + 1)
@@ -66,12 +69,22 @@ def params(load: Workload) -> PearlParams:
 
 def cluster(roles: dict[str, Role]) -> tuple[tuple[GPU, ...], tuple[Worker, ...]]:
     gpus, workers = [], []
-    layout = [("d", Zone.DEDICATED, 4, "node0"), ("p", Zone.PREEMPTIBLE, 8, "node1"), ("t", Zone.OVERLAP, 8, "node2")]
+    layout = [
+        ("d", Zone.DEDICATED, 4, "node0"),
+        ("p", Zone.PREEMPTIBLE, 8, "node1"),
+        ("t", Zone.OVERLAP, 8, "node2"),
+    ]
     for prefix, zone, count, node in layout:
         for i in range(count):
             gid = f"{prefix}{i}"
             gpus.append(
-                GPU(id=gid, node=node, type="h200", zone=zone, reclaim_in_s=900.0 if zone is Zone.OVERLAP else None)
+                GPU(
+                    id=gid,
+                    node=node,
+                    type="h200",
+                    zone=zone,
+                    reclaim_in_s=900.0 if zone is Zone.OVERLAP else None,
+                )
             )
             role = roles.get(gid, Role.TRAINING if zone is Zone.OVERLAP else Role.DECODE)
             status = Status.ACTIVE if gid in roles or zone is Zone.OVERLAP else Status.INACTIVE
@@ -85,8 +98,16 @@ def main() -> None:
     budget = Budget(max_gpus=20)
     gpus, workers = cluster({})
     initial = PlanRequest(state=ClusterState(gpus=gpus, workers=workers, workload=load, budget=budget), model=model)
-    running_roles = {"d0": Role.DECODE, "d1": Role.DECODE, "d2": Role.DECODE, "d3": Role.DECODE,
-                     "p0": Role.PREFILL, "p1": Role.PREFILL, "p2": Role.DECODE, "p3": Role.DECODE}
+    running_roles = {
+        "d0": Role.DECODE,
+        "d1": Role.DECODE,
+        "d2": Role.DECODE,
+        "d3": Role.DECODE,
+        "p0": Role.PREFILL,
+        "p1": Role.PREFILL,
+        "p2": Role.DECODE,
+        "p3": Role.DECODE,
+    }
     gpus, workers = cluster(running_roles)
     gpus = tuple(g.model_copy(update={"available": False}) if g.id in ("p3",) else g for g in gpus)
     half = load.model_copy(update={"unfinished": 640})

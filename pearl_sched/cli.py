@@ -92,15 +92,23 @@ def plan_command(
 
 def _print_plan(result: Any) -> None:
     m = result.makespan
-    console.print(f"[bold]{result.mode.value}[/] {result.ratio} on {result.gpus_used} GPUs — {result.decision.kind.value}")
+    console.print(
+        f"[bold]{result.mode.value}[/] {result.ratio} on {result.gpus_used} GPUs — {result.decision.kind.value}"
+    )
     console.print(f"  {escape(result.decision.reason)}", highlight=False)
     table = Table(title="predicted makespan (s)", show_edge=False)
     for column in ("total", "prefill", "decode", "transfer", "environment", "overhead"):
         table.add_column(column, justify="right")
-    table.add_row(*(f"{v:.1f}" for v in (m.total_s, m.prefill_s, m.decode_s, m.transfer_s, m.environment_s, m.overhead_s)))
+    table.add_row(
+        *(f"{v:.1f}" for v in (m.total_s, m.prefill_s, m.decode_s, m.transfer_s, m.environment_s, m.overhead_s))
+    )
     console.print(table)
-    gain = "n/a" if result.expected_gain_s is None else f"{result.expected_gain_s:.1f} s ({result.expected_gain_pct:.1f}%)"
-    console.print(f"  expected gain {gain}; transition cost {result.transition_cost_s:.2f} s; objective {result.objective_s:.2f}")
+    gain = (
+        "n/a" if result.expected_gain_s is None else f"{result.expected_gain_s:.1f} s ({result.expected_gain_pct:.1f}%)"
+    )
+    console.print(
+        f"  expected gain {gain}; transition cost {result.transition_cost_s:.2f} s; objective {result.objective_s:.2f}"
+    )
     if result.actions:
         actions = Table(title=f"{len(result.actions)} action(s), in order", show_edge=False)
         for column in ("kind", "worker", "from", "to", "group", "reason"):
@@ -118,8 +126,9 @@ def _print_plan(result: Any) -> None:
     else:
         console.print("  no actions: the cluster already matches the plan")
     s = result.solver
+    status = escape(f"[{s.status}]")
     console.print(
-        f"  solver {s.backend} {escape('[' + s.status + ']')} {s.solves} solve(s), {s.rounds} round(s), {s.wall_time_s * 1000:.1f} ms",
+        f"  solver {s.backend} {status} {s.solves} solve(s), {s.rounds} round(s), {s.wall_time_s * 1000:.1f} ms",
         highlight=False,
     )
 

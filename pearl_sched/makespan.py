@@ -221,7 +221,9 @@ class PearlMakespanModel:
             prefill = PoolTerms(fixed_s=transfer_s, work_s=prefill_work)
         return MakespanTerms(
             prefill=prefill,
-            decode=PoolTerms(fixed_s=s * r * ref.decode_iteration_s * (1 + theta), work_s=s * r * ref.decode_per_seq_s * b),
+            decode=PoolTerms(
+                fixed_s=s * r * ref.decode_iteration_s * (1 + theta), work_s=s * r * ref.decode_per_seq_s * b
+            ),
             colocated=PoolTerms(
                 fixed_s=s * (r * ref.decode_iteration_s + self.params.switch_overhead_s),
                 work_s=s * b * (dl * ref.prefill_s_per_token + r * ref.decode_per_seq_s),

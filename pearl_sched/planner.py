@@ -101,7 +101,11 @@ class _Solves:
             status = "fallback-enumeration"
         self.statuses += (status,)
         if outcome.status == "no_solution" and start_solution is not None:
-            logger.warning("solver %s found no solution in %.3f s; using the enumeration", self.backend, self.time_limit_s)
+            logger.warning(
+                "solver %s found no solution in %.3f s; using the enumeration",
+                self.backend,
+                self.time_limit_s,
+            )
         solution = outcome.solution if outcome.solution is not None else start_solution
         if solution is not None and outcome.status == "optimal" and math.isfinite(outcome.bound):
             self.bounds[id(solution)] = (solution, outcome.bound)
@@ -157,7 +161,13 @@ def plan(
     slots = _classify(state, costs, policy)
     in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
-    classes = _classes(state, model, slots, costs, max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1))))
+    classes = _classes(
+        state,
+        model,
+        slots,
+        costs,
+        max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1))),
+    )
     base_problem = ClassProblem(
         classes=tuple(replace(c, eligible=c.eligible if _cat(c) is _Category.BASE else frozenset()) for c in classes),
         terms=model.terms(workload),
@@ -214,7 +224,12 @@ def plan(
     cap = solution.capacity
     breakdown = model.predict(
         workload,
-        PoolCapacity(mode=solution.mode, prefill=cap[Role.PREFILL], decode=cap[Role.DECODE], colocated=cap[Role.COLOCATED]),
+        PoolCapacity(
+            mode=solution.mode,
+            prefill=cap[Role.PREFILL],
+            decode=cap[Role.DECODE],
+            colocated=cap[Role.COLOCATED],
+        ),
     )
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in zip(problem.classes, solution.counts, strict=True))
@@ -312,7 +327,7 @@ def _hysteresis(
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
     survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
     changes_survivor = any(
-        n[ROLES.index(c.current_role)] != c.size  # type: ignore[arg-type]
+        n[ROLES.index(c.current_role)] != c.size
         for c, n in zip(problem.classes, best.counts, strict=True)
         if c in survivors
     )
@@ -342,9 +357,7 @@ def _status_quo(base: ClassProblem, mode: Mode | None) -> ClassSolution | None:
     """The configuration if nothing optional changes: survivors keep their roles, nothing is added."""
     if mode is None:
         return None
-    counts = tuple(
-        tuple(c.size if c.current_role is r and r in c.eligible else 0 for r in ROLES) for c in base.classes
-    )
+    counts = tuple(tuple(c.size if c.current_role is r and r in c.eligible else 0 for r in ROLES) for c in base.classes)
     return evaluate(base, mode, counts)  # type: ignore[arg-type]
 
 
@@ -355,8 +368,9 @@ def _join(head: str, tail: str) -> str:
 def _classify(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
     slots = []
     budget = state.budget
+    index = state.gpu_index()
     for worker in state.workers:
-        gpus = state.worker_gpus(worker)
+        gpus = [index[g] for g in worker.gpu_ids]
         zone = gpus[0].zone
         serving = worker.rollout_role is not None
         category, reason = _Category.BASE, ""
@@ -377,9 +391,7 @@ def _classify(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig)
                     category = _Category.NEW_OVERLAP
                 else:
                     category, reason = _Category.OUT, f"idle window {reclaim:.1f} s too short to borrow"
-        slots.append(
-            _Slot(worker, zone, gpus[0].type, worker.tp, gpus[0].node_group, category, reason)
-        )
+        slots.append(_Slot(worker, zone, gpus[0].type, worker.tp, gpus[0].node_group, category, reason))
     return slots
 
 
@@ -392,7 +404,7 @@ def _classes(
 ) -> tuple[SlotClass, ...]:
     # Node groups are not in the key: no constraint or cost depends on them yet, so slots that differ only
     # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
-    groups: dict[tuple[str, ...], list[_Slot]] = {}
+    groups: dict[tuple[str, str, str, str, str], list[_Slot]] = {}
     for s in slots:
         role = s.worker.rollout_role
         key = (s.zone.value, s.gpu_type, f"tp{s.tp}", role.value if role else "off", s.category.value)
@@ -475,10 +487,17 @@ def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
             min_gpus_needed=hi,
             binding_constraint="budget",
         )
-    for field, name in (("kv_required_bytes", "kv_capacity"), ("min_prefill_tokens_per_s", "prefill_capacity")):
-        if _feasible(replace(relaxed, **{field: 0.0}), solves):
+    for without, name in (
+        (replace(relaxed, kv_required_bytes=0.0), "kv_capacity"),
+        (replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity"),
+    ):
+        if _feasible(without, solves):
             gib = problem.kv_required_bytes / 2**30
-            detail = f"{gib:.1f} GiB of KV cache" if name == "kv_capacity" else f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
+            detail = (
+                f"{gib:.1f} GiB of KV cache"
+                if name == "kv_capacity"
+                else f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
+            )
             return InfeasiblePlanError(
                 f"no configuration of the eligible workers provides {detail}, even using every GPU",
                 min_gpus_needed=None,

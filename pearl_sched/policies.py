@@ -107,7 +107,11 @@ def observe_toggle(state: PolicyState, measured_s: float, config: PolicyConfig) 
     if not math.isfinite(measured_s) or measured_s < 0:
         raise ValueError(f"measured toggle time must be a finite non-negative number, got {measured_s!r}")
     previous = state.toggle_cost_s
-    value = measured_s if previous is None else (1 - config.toggle_cost_alpha) * previous + config.toggle_cost_alpha * measured_s
+    value = (
+        measured_s
+        if previous is None
+        else (1 - config.toggle_cost_alpha) * previous + config.toggle_cost_alpha * measured_s
+    )
     return state.model_copy(update={"toggle_cost_s": value})
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from enum import StrEnum
-from functools import cached_property
 from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Frozen(BaseModel):
     """Base of every value object: immutable, unknown fields rejected, NaN and infinity rejected."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, ignored_types=(cached_property,))
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -214,17 +213,8 @@ class ClusterState(Frozen):
             raise ValueError(f"disaggregated state has no {missing} worker")
         return self
 
-    def gpu(self, gpu_id: str) -> GPU:
-        """The GPU with this id."""
-        return self._gpu_index[gpu_id]
-
-    def worker_gpus(self, worker: Worker) -> tuple[GPU, ...]:
-        """The GPUs of a worker slot, in its order."""
-        index = self._gpu_index
-        return tuple(index[g] for g in worker.gpu_ids)
-
-    @cached_property
-    def _gpu_index(self) -> dict[str, GPU]:
+    def gpu_index(self) -> dict[str, GPU]:
+        """GPU id → GPU (built on each call: build it once per pass over the workers)."""
         return {g.id: g for g in self.gpus}
 
     @property

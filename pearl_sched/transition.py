@@ -19,9 +19,7 @@ from pearl_sched.state import ClusterState, Role, Status, Worker, Zone
 _FLIP = frozenset({Role.PREFILL, Role.DECODE})
 
 
-def assign_slots(
-    problem: ClassProblem, counts: Counts, workers: Mapping[str, Worker]
-) -> dict[str, Role | None]:
+def assign_slots(problem: ClassProblem, counts: Counts, workers: Mapping[str, Worker]) -> dict[str, Role | None]:
     """Slot id → target rollout role, for every slot of every class."""
     target: dict[str, Role | None] = {}
     for cls, n in zip(problem.classes, counts, strict=True):
@@ -41,14 +39,17 @@ def assign_slots(
     return target
 
 
-def build_actions(state: ClusterState, target: Mapping[str, Role | None], reasons: Mapping[str, str]) -> tuple[Action, ...]:
+def build_actions(
+    state: ClusterState, target: Mapping[str, Role | None], reasons: Mapping[str, str]
+) -> tuple[Action, ...]:
     """Ordered actions taking ``state`` to ``target``: returns, shrinks, re-roles, restarts, expansions."""
     actions: list[Action] = []
+    index = state.gpu_index()
     for worker in state.workers:
         before, after = worker.rollout_role, target.get(worker.id)
         if before == after:
             continue
-        zone = state.worker_gpus(worker)[0].zone
+        zone = index[worker.gpu_ids[0]].zone
         kind = _kind(before, after, zone)
         actions.append(
             Action(

@@ -5,7 +5,7 @@ NVIDIA Dynamo profile. The general ingest, the scikit-learn component models and
 come with the profiles work (issue 3) behind the same :class:`pearl_sched.makespan.MakespanModel` interface.
 """
 
-from .dynamo import DynamoFit, fit_dynamo_profile
-from .model_config import ModelConfig
+from pearl_sched.profiles.dynamo import DynamoFit, fit_dynamo_profile
+from pearl_sched.profiles.model_config import ModelConfig
 
 __all__ = ["DynamoFit", "ModelConfig", "fit_dynamo_profile"]

@@ -7,12 +7,10 @@ backend whose repeated solves were identical.
 
 from __future__ import annotations
 
-from pearl_sched.errors import SolverUnavailableError
-
-from .base import Backend, Capabilities, LinearModel, SolveResult
-from .cpsat import CpSatBackend
-from .enumeration import enumerate_configurations
-from .formulation import (
+from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
+from pearl_sched.solvers.cpsat import CpSatBackend
+from pearl_sched.solvers.enumeration import enumerate_configurations
+from pearl_sched.solvers.formulation import (
     ClassProblem,
     ClassSolution,
     MilpOutcome,
@@ -21,13 +19,22 @@ from .formulation import (
     evaluate,
     solve_class_problem,
 )
-from .highs import HighsBackend
-from .pulp_backend import PulpCbcBackend, PulpHighsBackend
-from .pywraplp import OrtoolsHighsBackend, ScipBackend
+from pearl_sched.solvers.highs import HighsBackend
+from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
+from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
+
+from pearl_sched.errors import SolverUnavailableError
 
 BACKENDS: dict[str, type[Backend]] = {
-    cls.name: cls  # type: ignore[misc]
-    for cls in (HighsBackend, CpSatBackend, ScipBackend, OrtoolsHighsBackend, PulpHighsBackend, PulpCbcBackend)
+    cls.name: cls
+    for cls in (
+        HighsBackend,
+        CpSatBackend,
+        ScipBackend,
+        OrtoolsHighsBackend,
+        PulpHighsBackend,
+        PulpCbcBackend,
+    )
 }
 DEFAULT_BACKEND = "highs"
 FALLBACK_ORDER = ("highs", "ortools-scip", "cpsat", "pulp-highs", "pulp-cbc", "ortools-highs")

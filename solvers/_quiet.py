@@ -30,4 +30,4 @@ def silence_highs_banner() -> None:
     import highspy
 
     with stdout_closed():
-        highspy.Highs()
+        highspy.Highs()  # type: ignore[no-untyped-call]

@@ -13,9 +13,9 @@ import math
 import time
 from typing import ClassVar
 
-from pearl_sched.errors import SolverUnavailableError
+from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
 
-from .base import Capabilities, LinearModel, SolveResult
+from pearl_sched.errors import SolverUnavailableError
 
 _TARGET_MIN_COEF = 1e6
 _MAX_COEF = 1e13
@@ -47,11 +47,11 @@ class CpSatBackend:
         cp = cp_model.CpModel()
         columns = []
         for j in range(model.num_vars):
-            lo = math.floor(model.lb[j] / unit[j] + 1e-9)
-            hi = math.ceil(model.ub[j] / unit[j] - 1e-9)
             if not (math.isfinite(model.lb[j]) and math.isfinite(model.ub[j])):
                 raise ValueError(f"CP-SAT needs finite bounds; {model.names[j]} has [{model.lb[j]}, {model.ub[j]}]")
-            columns.append(cp.new_int_var(lo, hi, model.names[j]))
+            low = math.floor(model.lb[j] / unit[j] + 1e-9)
+            high = math.ceil(model.ub[j] / unit[j] - 1e-9)
+            columns.append(cp.new_int_var(low, high, model.names[j]))
         worst = 0.0
         for row, lo, hi in zip(model.rows, model.row_lo, model.row_hi, strict=True):
             scaled = {j: a * unit[j] for j, a in row.items()}
@@ -84,7 +84,7 @@ class CpSatBackend:
         values = tuple(solver.value(col) * unit[j] for j, col in enumerate(columns))
         objective_value = model.offset + sum(c * v for c, v in zip(model.cost, values, strict=True))
         bound = model.offset + solver.best_objective_bound / obj_scale
-        kind = "optimal" if status == cp_model.OPTIMAL else "feasible"
+        kind: SolveStatus = "optimal" if status == cp_model.OPTIMAL else "feasible"
         return SolveResult(kind, values, objective_value, bound, wall, worst)
 
 

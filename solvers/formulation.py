@@ -44,10 +44,10 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from pearl_sched.solvers.base import Backend, LinearModel, SolveResult
+
 from pearl_sched.makespan import MakespanTerms, PoolTerms
 from pearl_sched.state import Mode, Role, Zone
-
-from .base import Backend, LinearModel, SolveResult
 
 ROLES: tuple[Role, Role, Role] = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
 _MODE_ROLES = {Mode.DISAGGREGATED: (Role.PREFILL, Role.DECODE), Mode.COLOCATED: (Role.COLOCATED,)}
@@ -393,7 +393,10 @@ def _solve_mode(
     for rounds in range(1, _MAX_CUT_ROUNDS + 1):
         model, columns = build_model(problem, cuts)
         if cutoff is not None:  # cuts under-estimate, so any solution better than the cutoff satisfies this
-            model.add_row({j: c for j, c in enumerate(model.cost) if c}, hi=cutoff - model.offset + 1e-9 * max(1.0, abs(cutoff)))
+            model.add_row(
+                {j: c for j, c in enumerate(model.cost) if c},
+                hi=cutoff - model.offset + 1e-9 * max(1.0, abs(cutoff)),
+            )
         if best is not None and backend.capabilities.supports_hint:
             model.hint = _hint_vector(model, columns, problem, best)
         result: SolveResult = backend.solve(model, time_limit_s=max(time_limit_s - wall, 1e-3))
@@ -428,7 +431,7 @@ def _solve_mode(
 def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:
     mode = Mode.DISAGGREGATED if values[columns.mode] > 0.5 else Mode.COLOCATED
     counts = tuple(
-        tuple(int(round(values[columns.y[k, r]])) if (k, r) in columns.y else 0 for r in ROLES)
+        tuple(round(values[columns.y[k, r]]) if (k, r) in columns.y else 0 for r in ROLES)
         for k in range(len(problem.classes))
     )
     return evaluate(problem, mode, counts)  # type: ignore[arg-type]

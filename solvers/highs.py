@@ -8,10 +8,10 @@ import math
 import time
 from typing import Any, ClassVar
 
-from pearl_sched.errors import SolverUnavailableError
+from pearl_sched.solvers._quiet import silence_highs_banner
+from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
 
-from ._quiet import silence_highs_banner
-from .base import Capabilities, LinearModel, SolveResult
+from pearl_sched.errors import SolverUnavailableError
 
 
 class HighsBackend:
@@ -34,7 +34,7 @@ class HighsBackend:
             raise SolverUnavailableError(self.name, self.extra) from None
         start = time.perf_counter()
         silence_highs_banner()
-        h = highspy.Highs()
+        h = highspy.Highs()  # type: ignore[no-untyped-call]
         for option, value in (
             ("output_flag", False),
             ("random_seed", 0),
@@ -59,6 +59,7 @@ class HighsBackend:
         info = h.getInfo()
         wall = time.perf_counter() - start
         has_point = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        kind: SolveStatus
         if status == highspy.HighsModelStatus.kOptimal:
             kind = "optimal"
         elif status == highspy.HighsModelStatus.kInfeasible:
@@ -68,7 +69,9 @@ class HighsBackend:
         else:
             return SolveResult("no_solution", (), math.inf, -math.inf, wall, message=h.modelStatusToString(status))
         values = tuple(float(v) for v in h.getSolution().col_value)
-        bound = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else float(info.objective_function_value)
+        bound = (
+            float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else float(info.objective_function_value)
+        )
         return SolveResult(kind, values, float(info.objective_function_value), bound, wall)
 
 

@@ -11,10 +11,10 @@ import math
 import time
 from typing import ClassVar
 
-from pearl_sched.errors import SolverUnavailableError, SolverError
+from pearl_sched.solvers._quiet import stdout_closed
+from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
 
-from ._quiet import stdout_closed
-from .base import Capabilities, LinearModel, SolveResult
+from pearl_sched.errors import SolverError, SolverUnavailableError
 
 
 class _PywraplpBackend:
@@ -72,7 +72,7 @@ class _PywraplpBackend:
         if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
             return SolveResult("no_solution", (), math.inf, -math.inf, wall, message=f"status {status}")
         values = tuple(col.solution_value() for col in columns)
-        kind = "optimal" if status == pywraplp.Solver.OPTIMAL else "feasible"
+        kind: SolveStatus = "optimal" if status == pywraplp.Solver.OPTIMAL else "feasible"
         return SolveResult(kind, values, objective.Value(), objective.BestBound(), wall)
 
 

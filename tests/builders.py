@@ -38,7 +38,12 @@ H100 = DeviceParams(
     decode_per_seq_s=0.0001098 * 4.8 / 3.35,
     kv_capacity_bytes=80 / 141 * 945029 * 131072,
 )
-PARAMS = PearlParams(devices=(H200, H100), switch_overhead_s=0.0, kv_bandwidth_bytes_per_s=50e9, kv_bandwidth_per_prefill_worker=True, source="tests"
+PARAMS = PearlParams(
+    devices=(H200, H100),
+    switch_overhead_s=0.0,
+    kv_bandwidth_bytes_per_s=50e9,
+    kv_bandwidth_per_prefill_worker=True,
+    source="tests",
 )
 MODEL = PearlMakespanModel(PARAMS)
 

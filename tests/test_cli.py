@@ -60,7 +60,11 @@ def test_missing_file_and_infeasible_budget_exit_codes(tmp_path: Path) -> None:
     assert runner.invoke(app, ["plan", str(tmp_path / "none.json")]).exit_code == 2
     request = PlanRequest.model_validate_json((EXAMPLES / "initial.json").read_text())
     tight = request.model_copy(
-        update={"state": request.state.model_copy(update={"budget": request.state.budget.model_copy(update={"max_gpus": 1})})}
+        update={
+            "state": request.state.model_copy(
+                update={"budget": request.state.budget.model_copy(update={"max_gpus": 1})}
+            )
+        }
     )
     path = tmp_path / "tight.json"
     path.write_text(tight.model_dump_json())

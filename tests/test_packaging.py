@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"pearl_sched": "pearl_sched", "solvers": "pearl_sched/solvers", "profiles": "pearl_sched/profiles", "adapters": "pearl_sched/adapters"}
+FOLDERS = {
+    "pearl_sched": "pearl_sched",
+    "solvers": "pearl_sched/solvers",
+    "profiles": "pearl_sched/profiles",
+    "adapters": "pearl_sched/adapters",
+}
 
 
 def _expected_modules() -> dict[str, str]:
@@ -35,7 +40,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(source),
+        ],
         check=True,
         capture_output=True,
     )

@@ -126,7 +126,9 @@ def test_replanning_the_applied_state_is_empty_and_repeatable(s: object) -> None
 
 
 def test_twenty_repeated_calls_give_identical_plans() -> None:
-    s = state([Slot(role=Role.PREFILL), Slot(role=Role.DECODE)] + [Slot(Zone.PREEMPTIBLE)] * 6 + [Slot(Zone.OVERLAP)] * 4)
+    s = state(
+        [Slot(role=Role.PREFILL), Slot(role=Role.DECODE)] + [Slot(Zone.PREEMPTIBLE)] * 6 + [Slot(Zone.OVERLAP)] * 4
+    )
     fingerprints = {plan(s, MODEL).fingerprint() for _ in range(20)}
     assert len(fingerprints) == 1
     first = plan(s, MODEL)
@@ -215,8 +217,16 @@ def test_small_gain_keeps_the_ratio_with_a_reason() -> None:
 def test_hysteresis_can_be_bypassed_by_thresholds_of_zero() -> None:
     slots = [Slot(role=Role.PREFILL)] * 6 + [Slot(role=Role.DECODE)] * 2
     heavy = workload(generated_tokens_per_turn=800.0, unfinished=256)
-    keep = plan(state(slots, load=heavy), MODEL, policy=PolicyConfig(ratio_change_threshold=0.99, mode_switch_threshold=0.99))
-    change = plan(state(slots, load=heavy), MODEL, policy=PolicyConfig(ratio_change_threshold=0.0, mode_switch_threshold=0.0, min_gain_s=0.0))
+    keep = plan(
+        state(slots, load=heavy),
+        MODEL,
+        policy=PolicyConfig(ratio_change_threshold=0.99, mode_switch_threshold=0.99),
+    )
+    change = plan(
+        state(slots, load=heavy),
+        MODEL,
+        policy=PolicyConfig(ratio_change_threshold=0.0, mode_switch_threshold=0.0, min_gain_s=0.0),
+    )
     assert keep.ratio == "6P2D" and "threshold" in keep.decision.reason
     assert change.decision.kind is DecisionKind.CHANGED
     assert change.makespan.total_s < keep.makespan.total_s

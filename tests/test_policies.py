@@ -24,8 +24,12 @@ CONFIG = PolicyConfig()
 
 def test_hysteresis_uses_the_larger_threshold_for_mode_switches() -> None:
     # 8% faster, 0.5 of the batch left: 0.5·(1000 − 920) = 40 s of gain.
-    ratio = hysteresis(makespan_keep_s=1000, makespan_new_s=920, unfinished_fraction=0.5, mode_switch=False, config=CONFIG)
-    mode = hysteresis(makespan_keep_s=1000, makespan_new_s=920, unfinished_fraction=0.5, mode_switch=True, config=CONFIG)
+    ratio = hysteresis(
+        makespan_keep_s=1000, makespan_new_s=920, unfinished_fraction=0.5, mode_switch=False, config=CONFIG
+    )
+    mode = hysteresis(
+        makespan_keep_s=1000, makespan_new_s=920, unfinished_fraction=0.5, mode_switch=True, config=CONFIG
+    )
     assert ratio.allow and "ratio-change: gain 8.0%" in ratio.reason
     assert not mode.allow and mode.reason == "kept: gain 8.0% below 10% mode-switch threshold"
 
@@ -71,7 +75,13 @@ def test_expansion_gate_discounts_by_preemption_hazard() -> None:
 
 def test_expansion_gate_rejects_gains_eaten_by_preparation() -> None:
     # The new GPUs spend 56.29 s preparing: on a 60 s batch almost nothing is left for them.
-    d = expansion_gate(makespan_without_s=100.0, makespan_with_s=60.0, unfinished_fraction=1.0, state=PolicyState(), costs=COSTS)
+    d = expansion_gate(
+        makespan_without_s=100.0,
+        makespan_with_s=60.0,
+        unfinished_fraction=1.0,
+        state=PolicyState(),
+        costs=COSTS,
+    )
     assert not d.allow
 
 

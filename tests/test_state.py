@@ -77,7 +77,7 @@ def test_unknown_fields_are_rejected_everywhere() -> None:
     s = state([Slot()])
     data = _with(s)
     data["gpus"][0]["colour"] = "green"  # type: ignore[index]
-    with pytest.raises(ValidationError, match="gpus.0.colour"):
+    with pytest.raises(ValidationError, match=r"gpus\.0\.colour"):
         ClusterState.model_validate(data)
 
 
