@@ -72,6 +72,7 @@ class _Solves:
 
     backend: str
     time_limit_s: float
+    mode: Mode | None = None
     count: int = 0
     wall_s: float = 0.0
     rounds: int = 0
@@ -89,7 +90,9 @@ class _Solves:
         if self.backend == "enumeration":
             self.statuses += ("enumerated",)
             return enumerate_configurations(problem)
-        start_solution = enumerate_configurations(problem, window=_START_WINDOW)
+        # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
+        candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
+        start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective, default=None)
         outcome = solve_class_problem(
             problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
         )
@@ -177,7 +180,7 @@ def plan(
         min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
         admission_pause_s=costs.finalisation_s,
     )
-    solves = _Solves(backend, time_limit_s)
+    solves = _Solves(backend, time_limit_s, mode=state.mode)
     problem, solution = base_problem, solves.solve(base_problem)
     reasons: list[str] = []
     for category, gate_fn, flag in (

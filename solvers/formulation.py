@@ -39,6 +39,7 @@ capacity values). The objective's constant terms ensure the reported objective e
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -80,8 +81,9 @@ class SlotClass:
     fixed: bool = False
     tag: str = ""
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
+        """Number of slots in the class."""
         return len(self.slot_ids)
 
 
@@ -358,6 +360,9 @@ def solve_class_problem(
     wall, rounds, rounding, bound = 0.0, 0, 0.0, math.inf
     statuses = []
     for mode in modes:
+        if best is not None and mode_lower_bound(problem, mode) >= best.objective - 1e-9:
+            statuses.append("optimal")  # pruned: this mode cannot beat the incumbent
+            continue
         sub = replace(problem, modes=(mode,))
         start = best if best is not None and best.mode is mode else None
         cutoff = best.objective if best is not None else None
@@ -376,6 +381,17 @@ def solve_class_problem(
     else:
         status = "feasible" if best is not None else next(s for s in statuses if s not in ("optimal", "infeasible"))
     return MilpOutcome(best, status, bound, wall, rounds, rounding)
+
+
+def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
+    """A cheap lower bound on any objective in ``mode``: every active pool at its full capacity, and every
+    class at its cheapest option (budget, KV and admission ignored)."""
+    full = {r: sum(c.weight[r] * c.size for c in problem.classes if r in c.eligible) for r in _MODE_ROLES[mode]}
+    makespan = max(problem.terms.pool(r).time_s(e) for r, e in full.items()) + problem.terms.environment_s
+    cheapest = sum(
+        c.size * min(c.cost[r] for r in (*(r for r in ROLES if r in c.eligible), None)) for c in problem.classes
+    )
+    return problem.unfinished_fraction * makespan + cheapest
 
 
 def _solve_mode(

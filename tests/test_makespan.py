@@ -92,3 +92,11 @@ def test_zero_capacity_is_rejected() -> None:
 def test_repeated_device_parameters_are_rejected() -> None:
     with pytest.raises(ValueError, match="repeat a"):
         PearlParams(devices=(DEVICE, DEVICE), switch_overhead_s=0, kv_bandwidth_bytes_per_s=1.0)
+
+
+def test_per_worker_kv_links_scale_the_transfer_with_prefill_workers() -> None:
+    shared = HAND.predict(LOAD, PoolCapacity(mode=Mode.DISAGGREGATED, prefill=4, decode=4))
+    per_worker = PearlMakespanModel(HAND.params.model_copy(update={"kv_bandwidth_per_prefill_worker": True}))
+    own = per_worker.predict(LOAD, PoolCapacity(mode=Mode.DISAGGREGATED, prefill=4, decode=4))
+    assert own.transfer_s == pytest.approx(shared.transfer_s / 4)  # 0.064 s over one link, 0.016 s over four
+    assert own.prefill_s == pytest.approx(shared.prefill_s)
