@@ -29,9 +29,8 @@ OUT = Path("examples")
 
 
 def workload() -> Workload:
-    rows = [
-        r for r in csv.DictReader((DATA / "agentic/agentic_turns.csv").open()) if r["source"].startswith("tau-bench")
-    ]
+    with (DATA / "agentic/agentic_turns.csv").open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["source"].startswith("tau-bench")]
     turns: dict[str, int] = {}
     for r in rows:
         turns[r["trajectory_id"]] = max(turns.get(r["trajectory_id"], 0), int(r["turn_index"]) + 1)
