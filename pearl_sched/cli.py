@@ -133,6 +133,73 @@ def _print_plan(result: Any) -> None:
     )
 
 
+@app.command("fit")
+def fit_command(
+    data: Annotated[list[Path], typer.Argument(help="Profile sources: Dynamo dirs, scrape dirs, .csv, .jsonl")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the fitted models (JSON)")],
+    gpu_type: Annotated[str, typer.Option(help="GPU type for sources that do not name it")] = "unknown",
+    model: Annotated[str, typer.Option(help="Model name for sources that do not name it")] = "unknown",
+    tp: Annotated[int, typer.Option(help="TP degree for sources that do not name it")] = 1,
+    kind: Annotated[str, typer.Option(help="auto, monotone or table")] = "auto",
+    split: Annotated[str, typer.Option(help="Held-out split: configuration or row")] = "configuration",
+    plot: Annotated[Path | None, typer.Option(help="Directory for predicted-vs-measured PNGs")] = None,
+) -> None:
+    """Fit component models (prefill, decode step, TTFT, ITL) from measured profiles and report their error."""
+    from rich.progress import Progress
+
+    from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
+    from pearl_sched.profiles.fit import fit_profiles
+    from pearl_sched.profiles.readers import read_any
+
+    if kind not in ("auto", "monotone", "table") or split not in ("configuration", "row"):
+        _fail("--kind is auto, monotone or table; --split is configuration or row")
+    parts = []
+    with Progress(console=errors, transient=True) as progress:
+        reading = progress.add_task("reading", total=len(data))
+        for path in data:
+            try:
+                parts.append(read_any(path, gpu_type=gpu_type, model=model, tp=tp))
+            except ProfileFormatError as exc:
+                _fail(str(exc))
+            progress.advance(reading)
+        dataset = ProfileDataset.concat(parts)
+        groups = len(dataset.groups("source", "gpu_type", "model", "target"))
+        fitting = progress.add_task("fitting", total=groups)
+
+        def step(name: str) -> None:
+            progress.update(fitting, advance=1, description=f"fitting {name}")
+
+        models = fit_profiles(dataset, kind=kind, split=split, progress=step)  # type: ignore[arg-type]
+    if not models.components:
+        _fail("no group had the 3 rows a fit needs")
+    table = Table(title=f"{len(dataset)} rows fitted into {len(models.components)} model(s)", show_edge=False)
+    for column in ("source", "gpu", "model", "target", "kind", "train", "held out", "MAPE %", "anomalous"):
+        table.add_column(column, justify="right" if column in ("train", "held out", "MAPE %", "anomalous") else "left")
+    for key in sorted(models.components):
+        r = models.components[key].report
+        table.add_row(
+            r.source,
+            r.gpu_type,
+            r.model,
+            r.target,
+            r.kind,
+            str(r.n_train),
+            str(r.n_heldout),
+            f"{r.heldout_mape_pct:.1f}",
+            str(r.n_anomalous),
+        )
+    console.print(table)
+    if dataset.dropped:
+        console.print("dropped rows: " + ", ".join(f"{k} ×{v}" for k, v in sorted(dataset.dropped.items())))
+    models.save(output)
+    console.print(f"wrote {output}")
+    if plot is not None:
+        from pearl_sched.profiles.plots import plot_fits
+
+        for written in plot_fits(models, dataset, plot):
+            console.print(f"wrote {written}")
+
+
 @app.command("schema")
 def schema_command(
     document: Annotated[str, typer.Argument(help="request, state, plan or all")] = "all",

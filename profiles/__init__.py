@@ -1,11 +1,52 @@
-"""Turning measured profiles into makespan-model parameters.
+"""Turning measured profiles into models the planner trusts.
 
-This first part reads model configs (KV bytes per token) and fits PEARL's closed-form parameters from an
-NVIDIA Dynamo profile. The general ingest, the scikit-learn component models and the improved predictor
-come with the profiles work (issue 3) behind the same :class:`pearl_sched.makespan.MakespanModel` interface.
+- :mod:`~pearl_sched.profiles.readers` read SGLang request logs and ``/metrics`` scrapes, NVIDIA Dynamo
+  profiles and splitwise-style CSVs into one validated :class:`ProfileDataset`;
+- :mod:`~pearl_sched.profiles.components` holds the scikit-learn component models (prefill time, decode
+  iteration time), monotone and non-negative, persisted as JSON;
+- :mod:`~pearl_sched.profiles.fit` fits them with an honest held-out report;
+- :mod:`~pearl_sched.profiles.dynamo` fits PEARL's closed-form parameters; :mod:`~pearl_sched.profiles.model_config`
+  reads model architecture facts (KV bytes per token).
 """
 
+from pearl_sched.profiles.components import (
+    ExtrapolationWarning,
+    MonotoneStepRegressor,
+    TableInterpolator,
+    from_json,
+    to_json,
+)
+from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
 from pearl_sched.profiles.dynamo import DynamoFit, fit_dynamo_profile
+from pearl_sched.profiles.fit import FitReport, ProfileModels, crossval_predictions, fit_component, fit_profiles
 from pearl_sched.profiles.model_config import ModelConfig
+from pearl_sched.profiles.readers import (
+    read_any,
+    read_dynamo,
+    read_prometheus_scrapes,
+    read_sglang_requests,
+    read_splitwise,
+)
 
-__all__ = ["DynamoFit", "ModelConfig", "fit_dynamo_profile"]
+__all__ = [
+    "DynamoFit",
+    "ExtrapolationWarning",
+    "FitReport",
+    "ModelConfig",
+    "MonotoneStepRegressor",
+    "ProfileDataset",
+    "ProfileFormatError",
+    "ProfileModels",
+    "TableInterpolator",
+    "crossval_predictions",
+    "fit_component",
+    "fit_dynamo_profile",
+    "fit_profiles",
+    "from_json",
+    "read_any",
+    "read_dynamo",
+    "read_prometheus_scrapes",
+    "read_sglang_requests",
+    "read_splitwise",
+    "to_json",
+]
