@@ -12,7 +12,13 @@ One line per dataset, target and split:
     fit_mape dataset=<name> target=<ttft|itl|prefill|decode_step> split=<row|configuration>
              heldout_mape_pct=<x> n=<rows>
 
-Targets (issue 3): ≤ 5% held-out on the Dynamo H200 and splitwise data.
+Then the kernel-composed Llama-3.1-8B (aiconfigurator SGLang tables, H200, FP8 GEMMs, TP1) against Dynamo's
+measured vLLM profile of the same model and GPU — raw, and with the framework's fixed cost per step calibrated on
+one point (the shortest prompt for TTFT, batch 1 for ITL) and the error taken over the other points:
+
+    compose_mape dataset=dynamo-h200 target=<ttft|itl> calibration=<none|one-point> mape_pct=<x> n=<points>
+
+Targets (issue 3): ≤ 5% held-out on the Dynamo H200 and splitwise data; ≤ 15% for kernel compositions.
 Usage: python bench/fit_accuracy.py [--data ../shared/data]
 """
 
@@ -27,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pearl_sched.profiles.fit import crossval_predictions
+from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, composed_mape, shipped_config
 from pearl_sched.profiles.readers import read_dynamo, read_splitwise
 
 
@@ -48,6 +55,43 @@ def main() -> None:
                     f" heldout_mape_pct={mape:.2f} n={len(measured)}",
                     flush=True,
                 )
+
+    compose(args.data)
+
+
+def compose(data: Path) -> None:
+    tables = KernelTables(data / "aiconfigurator-sglang" / "h200_sxm", gemm_dtype="fp8")
+    raw = ComposedStepModel(shipped_config("llama-3.1-8b"), tables, tp=1)
+    profile = read_dynamo(data / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D")
+    ttft = profile.select(target="ttft")
+    itl = profile.select(target="itl")
+    first_ttft = int(np.argmin(ttft["tokens"]))
+    first_itl = int(np.argmin(itl["batch_size"]))
+    calibrated = raw.calibrated(
+        prefill=(float(ttft["tokens"][first_ttft]), float(ttft["value_s"][first_ttft])),
+        decode=(
+            float(itl["batch_size"][first_itl]),
+            float(itl["context_tokens"][first_itl]),
+            float(itl["value_s"][first_itl]),
+        ),
+    )
+    for label, model, skip in (("none", raw, None), ("one-point", calibrated, (first_ttft, first_itl))):
+        for target, rows, predict, skipped in (
+            ("ttft", ttft, lambda m, r: m.prefill_s(r[0]), skip[0] if skip else None),
+            ("itl", itl, lambda m, r: m.decode_s(r[1], r[2]), skip[1] if skip else None),
+        ):
+            points = [
+                (float(rows["tokens"][i]), float(rows["batch_size"][i]), float(rows["context_tokens"][i]))
+                for i in range(len(rows))
+                if i != skipped
+            ]
+            measured = [float(rows["value_s"][i]) for i in range(len(rows)) if i != skipped]
+            mape = composed_mape([predict(model, p) for p in points], measured)
+            print(
+                f"compose_mape dataset=dynamo-h200 target={target} calibration={label}"
+                f" mape_pct={mape:.2f} n={len(points)}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pearl_sched.solvers import available_backends
-
 from pearl_sched import GPU, Budget, ClusterState, Role, Status, Worker, Zone, plan
+from pearl_sched.solvers import available_backends
 from tests.builders import MODEL, workload
 
 SLOW_BACKEND_BUDGET_S = 20.0

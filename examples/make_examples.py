@@ -19,9 +19,8 @@ import json
 import statistics
 from pathlib import Path
 
-from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
-
 from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
+from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
 from pearl_sched.request import PlanRequest
 
 DATA = Path("../shared/data")

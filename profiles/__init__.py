@@ -5,6 +5,8 @@
 - :mod:`~pearl_sched.profiles.components` holds the scikit-learn component models (prefill time, decode
   iteration time), monotone and non-negative, persisted as JSON;
 - :mod:`~pearl_sched.profiles.fit` fits them with an honest held-out report;
+- :mod:`~pearl_sched.profiles.kernels` composes prefill and decode step times of any shipped model at any TP
+  from NVIDIA aiconfigurator's SGLang kernel tables (H100, H200);
 - :mod:`~pearl_sched.profiles.dynamo` fits PEARL's closed-form parameters; :mod:`~pearl_sched.profiles.model_config`
   reads model architecture facts (KV bytes per token).
 """
@@ -19,6 +21,7 @@ from pearl_sched.profiles.components import (
 from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
 from pearl_sched.profiles.dynamo import DynamoFit, fit_dynamo_profile
 from pearl_sched.profiles.fit import FitReport, ProfileModels, crossval_predictions, fit_component, fit_profiles
+from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.readers import (
     read_any,
@@ -29,9 +32,11 @@ from pearl_sched.profiles.readers import (
 )
 
 __all__ = [
+    "ComposedStepModel",
     "DynamoFit",
     "ExtrapolationWarning",
     "FitReport",
+    "KernelTables",
     "ModelConfig",
     "MonotoneStepRegressor",
     "ProfileDataset",
@@ -48,5 +53,6 @@ __all__ = [
     "read_prometheus_scrapes",
     "read_sglang_requests",
     "read_splitwise",
+    "shipped_config",
     "to_json",
 ]

@@ -21,6 +21,8 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.metrics import mean_absolute_percentage_error
+
 from pearl_sched.profiles.components import (
     ComponentModel,
     ExtrapolationWarning,
@@ -29,7 +31,6 @@ from pearl_sched.profiles.components import (
     from_json,
 )
 from pearl_sched.profiles.dataset import ProfileDataset, Target
-from sklearn.metrics import mean_absolute_percentage_error
 
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "prefill": (("tokens", "cached_tokens", "batch_size", "tp"), "prefill"),

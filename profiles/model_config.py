@@ -19,6 +19,11 @@ class ModelConfig(Frozen):
     num_key_value_heads: int = Field(gt=0)
     head_dim: int = Field(gt=0)
     hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(default=0, ge=0, description="Dense MLP width (0 for pure MoE layers)")
+    vocab_size: int = Field(default=0, ge=0)
+    num_experts: int = Field(default=0, ge=0, description="Routed experts (0: dense model)")
+    num_experts_per_tok: int = Field(default=0, ge=0)
+    moe_intermediate_size: int = Field(default=0, ge=0)
 
     @classmethod
     def from_json(cls, path: str | Path, name: str | None = None) -> ModelConfig:
@@ -41,6 +46,11 @@ class ModelConfig(Frozen):
             num_key_value_heads=raw.get("num_key_value_heads", heads),
             head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
             hidden_size=raw["hidden_size"],
+            intermediate_size=raw.get("intermediate_size", 0),
+            vocab_size=raw.get("vocab_size", 0),
+            num_experts=raw.get("num_experts", raw.get("num_local_experts", 0)),
+            num_experts_per_tok=raw.get("num_experts_per_tok", 0),
+            moe_intermediate_size=raw.get("moe_intermediate_size", 0),
         )
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:

@@ -6,11 +6,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+from pearl_sched.errors import MissingExtraError
 from pearl_sched.profiles.components import ExtrapolationWarning
 from pearl_sched.profiles.dataset import ProfileDataset
 from pearl_sched.profiles.fit import FEATURES, ProfileModels
-
-from pearl_sched.errors import MissingExtraError
 
 
 def plot_fits(models: ProfileModels, data: ProfileDataset, directory: str | Path) -> list[Path]:

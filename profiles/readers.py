@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+
 from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
 
 

@@ -7,6 +7,7 @@ backend whose repeated solves were identical.
 
 from __future__ import annotations
 
+from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
 from pearl_sched.solvers.enumeration import enumerate_configurations
@@ -22,8 +23,6 @@ from pearl_sched.solvers.formulation import (
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
 from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
-
-from pearl_sched.errors import SolverUnavailableError
 
 BACKENDS: dict[str, type[Backend]] = {
     cls.name: cls

@@ -13,9 +13,8 @@ import math
 import time
 from typing import ClassVar
 
-from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
-
 from pearl_sched.errors import SolverUnavailableError
+from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
 
 _TARGET_MIN_COEF = 1e6
 _MAX_COEF = 1e13

@@ -11,7 +11,6 @@ the MILP and the answer when no solver is installed.
 from __future__ import annotations
 
 from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, Counts, evaluate
-
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}

@@ -45,9 +45,8 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from pearl_sched.solvers.base import Backend, LinearModel, SolveResult
-
 from pearl_sched.makespan import MakespanTerms, PoolTerms
+from pearl_sched.solvers.base import Backend, LinearModel, SolveResult
 from pearl_sched.state import Mode, Role, Zone
 
 ROLES: tuple[Role, Role, Role] = (Role.PREFILL, Role.DECODE, Role.COLOCATED)

@@ -8,10 +8,9 @@ import math
 import time
 from typing import Any, ClassVar
 
+from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers._quiet import silence_highs_banner
 from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
-
-from pearl_sched.errors import SolverUnavailableError
 
 
 class HighsBackend:

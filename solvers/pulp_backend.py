@@ -9,10 +9,9 @@ import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers._quiet import silence_highs_banner
 from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult
-
-from pearl_sched.errors import SolverUnavailableError
 
 
 class _PulpBackend(ABC):

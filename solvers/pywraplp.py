@@ -11,10 +11,9 @@ import math
 import time
 from typing import ClassVar
 
+from pearl_sched.errors import SolverError, SolverUnavailableError
 from pearl_sched.solvers._quiet import stdout_closed
 from pearl_sched.solvers.base import Capabilities, LinearModel, SolveResult, SolveStatus
-
-from pearl_sched.errors import SolverError, SolverUnavailableError
 
 
 class _PywraplpBackend:

@@ -14,6 +14,8 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from pearl_sched import Mode, Role, Zone
 from pearl_sched.solvers import (
     ClassProblem,
     SlotClass,
@@ -25,8 +27,6 @@ from pearl_sched.solvers import (
     solve_class_problem,
 )
 from pearl_sched.solvers.formulation import ROLES
-
-from pearl_sched import Mode, Role, Zone
 
 from .builders import MODEL, workload
 

@@ -67,6 +67,8 @@ def test_wheel_contains_every_module_and_no_stray_top_level_package(wheel: Path)
     top_level = {n.split("/")[0] for n in names if not n.startswith("pearl_sched-")}
     assert top_level == {"pearl_sched"}
     assert "pearl_sched/py.typed" in names
+    for model in ("qwen3-8b", "qwen3-30b-a3b", "qwen3-32b", "llama-3.1-8b"):
+        assert f"pearl_sched/profiles/configs/{model}.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "pearl-sched = pearl_sched.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -88,6 +90,8 @@ def test_every_module_imports_from_the_wheel_outside_the_repo(wheel: Path, tmp_p
         "    except ModuleNotFoundError:\n"
         "        continue\n"
         "    raise AssertionError(f'top-level {stray} is importable')\n"
+        "from pearl_sched.profiles.kernels import shipped_config\n"
+        "assert shipped_config('qwen3-30b-a3b').num_experts == 128\n"
         "print('ok', len(sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)

@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sklearn.utils.estimator_checks import parametrize_with_checks
+from typer.testing import CliRunner
+
+from pearl_sched.cli import app
 from pearl_sched.profiles.components import (
     ExtrapolationWarning,
     MonotoneStepRegressor,
@@ -28,10 +32,6 @@ from pearl_sched.profiles.readers import (
     read_sglang_requests,
     read_splitwise,
 )
-from sklearn.utils.estimator_checks import parametrize_with_checks
-from typer.testing import CliRunner
-
-from pearl_sched.cli import app
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPLITWISE = DATA / "splitwise-sim" / "perf_model.csv"

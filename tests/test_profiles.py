@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+
 from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
