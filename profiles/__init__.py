@@ -30,6 +30,7 @@ from pearl_sched.profiles.readers import (
     read_sglang_requests,
     read_splitwise,
 )
+from pearl_sched.profiles.telemetry import TelemetryRejected, TrajectoryStats, refit, refit_steps, step_statistics
 
 __all__ = [
     "ComposedStepModel",
@@ -43,6 +44,8 @@ __all__ = [
     "ProfileFormatError",
     "ProfileModels",
     "TableInterpolator",
+    "TelemetryRejected",
+    "TrajectoryStats",
     "crossval_predictions",
     "fit_component",
     "fit_dynamo_profile",
@@ -53,6 +56,9 @@ __all__ = [
     "read_prometheus_scrapes",
     "read_sglang_requests",
     "read_splitwise",
+    "refit",
+    "refit_steps",
     "shipped_config",
+    "step_statistics",
     "to_json",
 ]
