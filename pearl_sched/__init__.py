@@ -21,6 +21,7 @@ from pearl_sched.makespan import (
     PearlParams,
     PoolCapacity,
 )
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
 from pearl_sched.planner import plan
 from pearl_sched.plans import Action, ActionKind, Decision, DecisionKind, Plan, PolicyState
 from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone
@@ -37,6 +38,8 @@ __all__ = [
     "Decision",
     "DecisionKind",
     "DeviceParams",
+    "ImprovedMakespanModel",
+    "ImprovedParams",
     "InfeasiblePlanError",
     "InvalidStateError",
     "MakespanBreakdown",
