@@ -53,6 +53,18 @@ class ModelConfig(Frozen):
             moe_intermediate_size=raw.get("moe_intermediate_size", 0),
         )
 
+    def parameter_count(self) -> int:
+        """Weights: attention, MLP (or every routed expert), embeddings and LM head; norms left out (< 0.1%)."""
+        h, hd = self.hidden_size, self.head_dim
+        attention = (
+            h * (self.num_attention_heads + 2 * self.num_key_value_heads) * hd + self.num_attention_heads * hd * h
+        )
+        if self.num_experts:
+            mlp = self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
+        else:
+            mlp = 3 * h * self.intermediate_size
+        return self.num_hidden_layers * (attention + mlp) + 2 * self.vocab_size * h
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """K and V for every layer and KV head: ``2 · layers · kv_heads · head_dim · dtype_bytes``."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes

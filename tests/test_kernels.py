@@ -76,3 +76,28 @@ def test_calibrated_composition_tracks_the_measured_dynamo_profile() -> None:
         itl["value_s"][1:],
     )
     assert ttft_error < 15 and itl_error < 15
+
+
+def test_pearl_parameters_from_a_composition(bf16: KernelTables) -> None:
+    from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
+
+    config = shipped_config("qwen3-8b")
+    assert config.parameter_count() == pytest.approx(8.19e9, rel=0.01)  # Qwen3-8B: 8.2B parameters
+    composed = ComposedStepModel(config, bf16, tp=2)
+    kv = kv_capacity_bytes(config, 2, 141 * 2**30)
+    device = fit_device(
+        gpu_type="h200",
+        tp=2,
+        prefill_s=lambda n, c: composed.prefill_s(n, cached_tokens=c),
+        decode_s=composed.decode_s,
+        context_tokens=8000,
+        appended_tokens=500,
+        max_batch=256,
+        kv_capacity=kv,
+    )
+    for n in (16, 64, 200):  # the linear form stays within 15% of the composition it was fitted to
+        linear = device.decode_iteration_s + device.decode_per_seq_s * n
+        assert linear == pytest.approx(composed.decode_s(n, 8000), rel=0.15)
+    assert kv == pytest.approx(2 * 141 * 2**30 * 0.85 - 8.19e9 * 2, rel=0.01)
+    with pytest.raises(ValueError, match="does not fit"):
+        kv_capacity_bytes(shipped_config("qwen3-32b"), 1, 40 * 2**30)
