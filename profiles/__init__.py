@@ -7,6 +7,8 @@
 - :mod:`~pearl_sched.profiles.fit` fits them with an honest held-out report;
 - :mod:`~pearl_sched.profiles.kernels` composes prefill and decode step times of any shipped model at any TP
   from NVIDIA aiconfigurator's SGLang kernel tables (H100, H200);
+- :mod:`~pearl_sched.profiles.telemetry` refits trajectory statistics online; :mod:`~pearl_sched.profiles.forecast`
+  forecasts prefill and decode demand over the next planning interval;
 - :mod:`~pearl_sched.profiles.dynamo` fits PEARL's closed-form parameters; :mod:`~pearl_sched.profiles.model_config`
   reads model architecture facts (KV bytes per token).
 """
@@ -21,6 +23,7 @@ from pearl_sched.profiles.components import (
 from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
 from pearl_sched.profiles.dynamo import DynamoFit, fit_dynamo_profile
 from pearl_sched.profiles.fit import FitReport, ProfileModels, crossval_predictions, fit_component, fit_profiles
+from pearl_sched.profiles.forecast import DemandForecast, InFlight, Phase, forecast_demand, forecast_error
 from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.readers import (
@@ -34,12 +37,15 @@ from pearl_sched.profiles.telemetry import TelemetryRejected, TrajectoryStats, r
 
 __all__ = [
     "ComposedStepModel",
+    "DemandForecast",
     "DynamoFit",
     "ExtrapolationWarning",
     "FitReport",
+    "InFlight",
     "KernelTables",
     "ModelConfig",
     "MonotoneStepRegressor",
+    "Phase",
     "ProfileDataset",
     "ProfileFormatError",
     "ProfileModels",
@@ -50,6 +56,8 @@ __all__ = [
     "fit_component",
     "fit_dynamo_profile",
     "fit_profiles",
+    "forecast_demand",
+    "forecast_error",
     "from_json",
     "read_any",
     "read_dynamo",
