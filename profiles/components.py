@@ -65,7 +65,19 @@ _FEATURES = {"prefill": 4, "decode": 3}
 _MAX_TABLE_DIMS = 3  # Delaunay triangulation grows exponentially with dimension; beyond this, the fallback only
 
 
-class MonotoneStepRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+class _StepTimeTags:
+    """scikit-learn tags shared by the step-time estimators: targets are non-negative times, and a monotone
+    model is not expected to score well on the arbitrary targets of the conformance checks."""
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()  # type: ignore[misc]
+        tags.target_tags.positive_only = True
+        if tags.regressor_tags is not None:
+            tags.regressor_tags.poor_score = True
+        return tags
+
+
+class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """Non-negative, monotone step-time regressor (see the module docstring).
 
     Parameters
@@ -123,13 +135,6 @@ class MonotoneStepRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
         if expected is not None and X.shape[1] != expected:
             raise ValueError(f"design {self.design!r} takes {expected} features, got {X.shape[1]}")
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.target_tags.positive_only = True
-        if tags.regressor_tags is not None:
-            tags.regressor_tags.poor_score = True  # a monotone line cannot fit the checks' arbitrary targets
-        return tags
-
     def to_dict(self) -> dict[str, Any]:
         check_is_fitted(self, "coef_")
         return {
@@ -184,7 +189,7 @@ def _choose_cap(X: FloatArray, y: FloatArray, folds: int = 5) -> float:
     return best
 
 
-class TableInterpolator(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+class TableInterpolator(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """scipy interpolation of a dense table, with a monotone parametric fallback outside its hull.
 
     Parameters
@@ -244,13 +249,6 @@ class TableInterpolator(RegressorMixin, BaseEstimator):  # type: ignore[misc]
             use = np.isfinite(inside) & same
             out = np.where(use, inside, out)
         return np.maximum(out, 0.0)
-
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.target_tags.positive_only = True
-        if tags.regressor_tags is not None:
-            tags.regressor_tags.poor_score = True
-        return tags
 
     def to_dict(self) -> dict[str, Any]:
         check_is_fitted(self, "points_")

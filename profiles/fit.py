@@ -120,6 +120,15 @@ def monotone_outliers(
     return bad[inverse]
 
 
+def _screened(
+    rows: ProfileDataset, target: str
+) -> tuple[ProfileDataset, NDArray[np.float64], NDArray[np.float64], int]:
+    """Rows, features and values of ``target`` with failed measurements (``monotone_outliers``) dropped."""
+    X, y = _features(rows, target)
+    keep = ~monotone_outliers(X, y, FEATURES[target][0])
+    return rows.where(keep), X[keep], y[keep], int((~keep).sum())
+
+
 def _mape(model: ComponentModel, X: NDArray[np.float64], y: NDArray[np.float64]) -> float:
     if len(y) == 0:
         return float("nan")
@@ -148,9 +157,7 @@ def fit_component(
     if len(rows) < 3:
         raise ValueError(f"{target}: need at least 3 rows to fit, found {len(rows)}")
     names, design = FEATURES[target]
-    X, y = _features(rows, target)
-    anomalous = monotone_outliers(X, y, names)
-    X, y = X[~anomalous], y[~anomalous]
+    rows, X, y, n_anomalous = _screened(rows, target)
     train, test = split_by_configuration(X, heldout, seed, split)
     chosen = kind
     if kind == "auto":
@@ -173,7 +180,7 @@ def fit_component(
         n_train=int(train.sum()),
         n_heldout=int(test.sum()),
         heldout_mape_pct=_mape(estimator, X[test], y[test]),
-        n_anomalous=int(anomalous.sum()),
+        n_anomalous=n_anomalous,
         input_box={n: (float(X[train, i].min()), float(X[train, i].max())) for i, n in enumerate(names)},
     )
     # The shipped model is refitted on every row; the report keeps the held-out figure of the split fit.
@@ -251,9 +258,7 @@ def crossval_predictions(
     measured: list[NDArray[np.float64]] = []
     predicted: list[NDArray[np.float64]] = []
     for _, group in data.select(target=target).groups("gpu_type", "model"):
-        X, y = _features(group, target)
-        keep = ~monotone_outliers(X, y, FEATURES[target][0])
-        group, X, y = group.where(keep), X[keep], y[keep]
+        group, X, y, _ = _screened(group, target)
         unit = np.arange(len(X)) if split == "row" else np.unique(X, axis=0, return_inverse=True)[1].ravel()
         n_units = int(unit.max()) + 1 if len(unit) else 0
         if n_units < 4:
