@@ -21,11 +21,11 @@ FOLDERS = {
 
 
 def _expected_modules() -> dict[str, str]:
-    """Wheel path → dotted module name, for every .py file in the four folders."""
+    """Wheel path → dotted module name, for every .py file in the four folders and their subpackages."""
     expected = {}
     for folder, target in FOLDERS.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            wheel_path = f"{target}/{path.name}"
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            wheel_path = f"{target}/{path.relative_to(ROOT / folder).as_posix()}"
             module = wheel_path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
             expected[wheel_path] = module
     return expected

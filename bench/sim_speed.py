@@ -1,0 +1,74 @@
+"""Simulator speed: simulated seconds against wall seconds.
+
+Runs rollout batches back to back — 1,024 tau-bench-shaped trajectories each (PEARL's batch 64 × group 16),
+Qwen3-8B on 8 H200 TP2 workers with kernel-composed step times, 3P5D — until two simulated hours have passed:
+
+    sim_speed scenario=<name> simulated_s=<x> wall_s=<y> batches=<k> events=<n>
+
+Target (issue 4): a 2-hour segment in ≤ 30 s of wall time.
+Usage: python bench/sim_speed.py [--hours 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.predictor_accuracy import H200_BYTES, LINK_BYTES_PER_S, tau_bench_shape
+from pearl_sched import Mode
+from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
+from pearl_sched.profiles.to_pearl import kv_capacity_bytes
+from pearl_sched.sim import ComposedStepTimes, Pool, sample_trajectories, simulate_batch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hours", type=float, default=2.0)
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    args = parser.parse_args()
+    shape = tau_bench_shape(args.data)
+    config = shipped_config("qwen3-8b")
+    steps = ComposedStepTimes(
+        ComposedStepModel(config, KernelTables(args.data / "aiconfigurator-sglang" / "h200_sxm"), tp=2)
+    )
+    pool = Pool(
+        Mode.DISAGGREGATED,
+        steps,
+        prefill_workers=3,
+        decode_workers=5,
+        kv_capacity_tokens=kv_capacity_bytes(config, 2, H200_BYTES) / config.kv_bytes_per_token(),
+        kv_bytes_per_token=config.kv_bytes_per_token(),
+        link_bytes_per_s=LINK_BYTES_PER_S,
+    )
+    simulated = 0.0
+    events = batches = 0
+    start = time.perf_counter()
+    while simulated < args.hours * 3600:
+        trajectories = sample_trajectories(
+            1024,
+            turns=round(shape["turns"]),
+            prompt_tokens=round(shape["prompt"]),
+            appended_tokens=round(shape["appended"]),
+            generated_tokens=round(shape["generated"]),
+            env_mean_s=10.0,
+            env_std_s=3.0,
+            seed=batches,
+        )
+        result = simulate_batch(pool, trajectories)
+        simulated += result.makespan_s
+        events += result.events
+        batches += 1
+    wall = time.perf_counter() - start
+    print(
+        f"sim_speed scenario=tau-bench-qwen3-8b-h200-3P5D simulated_s={simulated:.0f} wall_s={wall:.2f}"
+        f" batches={batches} events={events}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

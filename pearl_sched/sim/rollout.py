@@ -1,0 +1,363 @@
+"""A discrete-event simulation of one multi-turn rollout batch on a fixed pool of workers.
+
+Entities: trajectories (turns of prefill → decode → environment), workers (prefill, decode or colocated), a
+KV link per prefill worker. Events: a prefill batch ends, a KV transfer ends, a decode sequence finishes its
+turn, an environment call returns. Decode is never simulated per token: each decode worker keeps a
+*virtual iteration clock* that advances at 1/τ(n) iterations per second, with τ(n) the step time of its
+current batch; a sequence finishes at a known iteration index, so the next completion is one heap lookup and
+an arrival or departure only re-rates the clock (O(log n) per event).
+
+Scheduling, as SGLang does by default: a prefill worker batches queued prefills up to ``chunk_tokens`` new
+tokens; a colocated worker runs prefill batches first and pauses its decode batch meanwhile (the interference
+PEARL's colocated model folds into T_over); a disaggregated prefill sends the appended tokens' KV to the least
+loaded decode worker with room, over its link at ``link_bytes_per_s`` (first come, first served); a decode
+worker holds at most ``kv_capacity_tokens`` of context, and a trajectory that finds no room waits for it.
+
+Every trajectory started finishes: the result says how many did (``finished``), and the tests hold it to
+all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from pearl_sched.sim.steptimes import StepTimes
+from pearl_sched.state import Mode
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn: tokens appended before it (the prompt on turn 0), tokens generated, environment seconds after."""
+
+    appended_tokens: int
+    generated_tokens: int
+    env_after_s: float
+
+
+@dataclass(frozen=True)
+class TrajectorySpec:
+    """A trajectory's turns, fixed in advance so policies are compared on identical work."""
+
+    turns: tuple[Turn, ...]
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(t.generated_tokens for t in self.turns)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A fixed rollout configuration: the mode, worker counts and what each worker is like."""
+
+    mode: Mode
+    step_times: StepTimes
+    prefill_workers: int = 0
+    decode_workers: int = 0
+    colocated_workers: int = 0
+    kv_capacity_tokens: float = float("inf")
+    kv_bytes_per_token: float = 0.0
+    link_bytes_per_s: float = float("inf")
+    chunk_tokens: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.mode is Mode.COLOCATED and (self.colocated_workers < 1 or self.prefill_workers or self.decode_workers):
+            raise ValueError("a colocated pool has ≥1 colocated worker and no prefill or decode workers")
+        if self.mode is Mode.DISAGGREGATED and (
+            self.prefill_workers < 1 or self.decode_workers < 1 or self.colocated_workers
+        ):
+            raise ValueError("a disaggregated pool has ≥1 prefill and ≥1 decode worker and no colocated ones")
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be ≥ 1")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What happened to the batch."""
+
+    makespan_s: float
+    finished: int
+    trajectories: int
+    generated_tokens: int
+    prefill_tokens: int
+    finish_times_s: tuple[float, ...]
+    decode_busy_s: float
+    decoding_trajectory_s: float
+    events: int
+
+    @property
+    def throughput_tokens_per_s(self) -> float:
+        return self.generated_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
+
+    @property
+    def bubble_ratio(self) -> float:
+        """Measured θ = (1 − f)/f, f the mean share of trajectories in their decode phase (PEARL's input)."""
+        f = self.decoding_trajectory_s / (self.trajectories * self.makespan_s) if self.makespan_s > 0 else 1.0
+        return (1 - f) / f if f > 0 else float("inf")
+
+
+class _Kind(Enum):
+    PREFILL_DONE = 0
+    TRANSFER_DONE = 1
+    DECODE_DONE = 2
+    ENV_DONE = 3
+
+
+@dataclass
+class _Trajectory:
+    spec: TrajectorySpec
+    index: int
+    turn: int = 0
+    context: int = 0
+
+
+@dataclass
+class _Decoder:
+    """A worker's decode side with its virtual iteration clock."""
+
+    steps: StepTimes
+    kv_capacity: float
+    active: dict[int, float] = field(default_factory=dict)  # trajectory → finishing iteration
+    finishing: list[tuple[float, int]] = field(default_factory=list)  # heap of (iteration, trajectory)
+    context_total: float = 0.0
+    kv_used: float = 0.0
+    clock: float = 0.0  # iterations done (continuous)
+    since: float = 0.0
+    tau: float = 0.0
+    paused: bool = False
+    version: int = 0
+    busy_s: float = 0.0
+    occupancy_s: float = 0.0  # ∫ (sequences in the decode phase) dt, paused or not
+
+    def advance(self, now: float) -> None:
+        self.occupancy_s += len(self.active) * (now - self.since)
+        if self.active and not self.paused and self.tau > 0:
+            self.clock += (now - self.since) / self.tau
+            self.busy_s += now - self.since
+        self.since = now
+
+    def rerate(self) -> None:
+        n = len(self.active)
+        self.tau = self.steps.decode_s(n, self.context_total / n) if n else 0.0
+
+
+@dataclass
+class _Prefiller:
+    queue: deque[tuple[int, int, int]] = field(default_factory=deque)  # (trajectory, new tokens, cached tokens)
+    running: list[tuple[int, int]] | None = None
+    load_tokens: int = 0  # queued and running new tokens
+    link_free_at: float = 0.0
+
+
+class RolloutSimulation:
+    """Simulate one batch of trajectories on a pool; :meth:`run` returns a :class:`BatchResult`."""
+
+    def __init__(self, pool: Pool, trajectories: Sequence[TrajectorySpec]) -> None:
+        if not trajectories:
+            raise ValueError("a batch needs at least one trajectory")
+        self.pool = pool
+        self.trajectories = [_Trajectory(spec, i) for i, spec in enumerate(trajectories)]
+        colocated = pool.mode is Mode.COLOCATED
+        n_prefill = pool.colocated_workers if colocated else pool.prefill_workers
+        n_decode = pool.colocated_workers if colocated else pool.decode_workers
+        self.prefillers = [_Prefiller() for _ in range(n_prefill)]
+        self.decoders = [_Decoder(pool.step_times, pool.kv_capacity_tokens) for _ in range(n_decode)]
+        self.events: list[tuple[float, int, _Kind, int, int]] = []
+        self._seq = itertools.count()
+        self.now = 0.0
+        self.waiting_for_kv: deque[int] = deque()
+        self.finish_times: list[float] = []
+        self.generated = 0
+        self.prefilled = 0
+        self.handled = 0
+
+    # -- event plumbing -----------------------------------------------------------------------------------
+    def _push(self, at: float, kind: _Kind, who: int, version: int = 0) -> None:
+        heapq.heappush(self.events, (at, next(self._seq), kind, who, version))
+
+    def run(self) -> BatchResult:
+        for t in self.trajectories:
+            self._enqueue_prefill(t.index)
+        while self.events:
+            at, _, kind, who, version = heapq.heappop(self.events)
+            self.now = at
+            self.handled += 1
+            if kind is _Kind.PREFILL_DONE:
+                self._prefill_done(who)
+            elif kind is _Kind.TRANSFER_DONE:
+                self._admit_decode(who)
+            elif kind is _Kind.DECODE_DONE:
+                if version == self.decoders[who].version:
+                    self._decode_done(who)
+            else:
+                self._enqueue_prefill(who)
+        return BatchResult(
+            makespan_s=max(self.finish_times, default=0.0),
+            finished=len(self.finish_times),
+            trajectories=len(self.trajectories),
+            generated_tokens=self.generated,
+            prefill_tokens=self.prefilled,
+            finish_times_s=tuple(self.finish_times),
+            decode_busy_s=sum(d.busy_s for d in self.decoders),
+            decoding_trajectory_s=sum(d.occupancy_s for d in self.decoders),
+            events=self.handled,
+        )
+
+    # -- prefill --------------------------------------------------------------------------------------------
+    def _enqueue_prefill(self, index: int) -> None:
+        t = self.trajectories[index]
+        turn = t.spec.turns[t.turn]
+        worker = min(range(len(self.prefillers)), key=lambda w: (self.prefillers[w].load_tokens, w))
+        p = self.prefillers[worker]
+        p.queue.append((index, turn.appended_tokens, t.context))
+        p.load_tokens += turn.appended_tokens
+        self._start_prefill(worker)
+
+    def _start_prefill(self, worker: int) -> None:
+        p = self.prefillers[worker]
+        if p.running is not None or not p.queue:
+            return
+        batch: list[tuple[int, int]] = []
+        tokens = cached = 0
+        while p.queue and (not batch or tokens + p.queue[0][1] <= self.pool.chunk_tokens):
+            index, new, prior = p.queue.popleft()
+            batch.append((index, new))
+            tokens += new
+            cached += prior
+        p.running = batch
+        if self.pool.mode is Mode.COLOCATED:  # prefill first: the worker's decode batch waits
+            d = self.decoders[worker]
+            d.advance(self.now)
+            d.paused = True
+            d.version += 1
+        duration = self.pool.step_times.prefill_s(tokens, len(batch), cached / len(batch))
+        self._push(self.now + duration, _Kind.PREFILL_DONE, worker)
+
+    def _prefill_done(self, worker: int) -> None:
+        p = self.prefillers[worker]
+        batch, p.running = p.running or [], None
+        for index, new in batch:
+            self.prefilled += new
+            p.load_tokens -= new
+            t = self.trajectories[index]
+            t.context += new
+            if self.pool.mode is Mode.COLOCATED:
+                self._place(index, worker)
+            else:
+                size = new * self.pool.kv_bytes_per_token
+                start = max(self.now, p.link_free_at)
+                p.link_free_at = start + (size / self.pool.link_bytes_per_s if size else 0.0)
+                self._push(p.link_free_at, _Kind.TRANSFER_DONE, index)
+        if self.pool.mode is Mode.COLOCATED:
+            d = self.decoders[worker]
+            d.since = self.now
+            d.paused = False
+            self._reschedule(worker)
+        self._start_prefill(worker)
+
+    # -- decode ---------------------------------------------------------------------------------------------
+    def _admit_decode(self, index: int) -> None:
+        worker = self._room(index)
+        if worker is None:
+            self.waiting_for_kv.append(index)
+        else:
+            self._place(index, worker)
+
+    def _room(self, index: int) -> int | None:
+        """The least loaded decode worker with KV room for the trajectory's turn, or None."""
+        t = self.trajectories[index]
+        need = t.context + t.spec.turns[t.turn].generated_tokens
+        room = [w for w, d in enumerate(self.decoders) if d.kv_used + need <= d.kv_capacity]
+        if not room and all(not d.active for d in self.decoders):
+            raise ValueError(f"trajectory {index} needs {need} KV tokens, more than a decode worker holds")
+        return min(room, key=lambda w: (len(self.decoders[w].active), w)) if room else None
+
+    def _place(self, index: int, worker: int) -> None:
+        t = self.trajectories[index]
+        d = self.decoders[worker]
+        d.advance(self.now)
+        generated = t.spec.turns[t.turn].generated_tokens
+        finish = d.clock + generated
+        d.active[index] = finish
+        heapq.heappush(d.finishing, (finish, index))
+        d.context_total += t.context + generated / 2
+        d.kv_used += t.context + generated
+        self._reschedule(worker)
+
+    def _reschedule(self, worker: int) -> None:
+        d = self.decoders[worker]
+        d.rerate()
+        d.version += 1
+        if d.active and not d.paused:
+            finish = d.finishing[0][0]
+            self._push(self.now + max(finish - d.clock, 0.0) * d.tau, _Kind.DECODE_DONE, worker, d.version)
+
+    def _decode_done(self, worker: int) -> None:
+        d = self.decoders[worker]
+        d.advance(self.now)
+        while d.finishing and d.finishing[0][0] <= d.clock + 1e-9:
+            _, index = heapq.heappop(d.finishing)
+            t = self.trajectories[index]
+            turn = t.spec.turns[t.turn]
+            del d.active[index]
+            d.context_total -= t.context + turn.generated_tokens / 2
+            d.kv_used -= t.context + turn.generated_tokens
+            t.context += turn.generated_tokens
+            self.generated += turn.generated_tokens
+            t.turn += 1
+            if t.turn == len(t.spec.turns):
+                self.finish_times.append(self.now)
+            else:
+                self._push(self.now + turn.env_after_s, _Kind.ENV_DONE, index)
+        if not d.active:
+            d.context_total = d.kv_used = 0.0  # clear rounding residue
+        self._reschedule(worker)
+        while self.waiting_for_kv:  # freed memory: admit who waited, first come first served
+            target = self._room(self.waiting_for_kv[0])
+            if target is None:
+                break
+            self._place(self.waiting_for_kv.popleft(), target)
+
+
+def simulate_batch(pool: Pool, trajectories: Sequence[TrajectorySpec]) -> BatchResult:
+    """Run one batch to completion."""
+    return RolloutSimulation(pool, trajectories).run()
+
+
+def sample_trajectories(
+    count: int,
+    *,
+    turns: int,
+    prompt_tokens: int,
+    appended_tokens: int,
+    generated_tokens: int,
+    env_mean_s: float,
+    env_std_s: float,
+    seed: int = 0,
+) -> list[TrajectorySpec]:
+    """Trajectories of fixed shape with environment times from Normal(mean, std), clipped at zero (RollArt)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        envs = (
+            np.maximum(rng.normal(env_mean_s, env_std_s, turns), 0.0) if env_std_s > 0 else np.full(turns, env_mean_s)
+        )
+        out.append(
+            TrajectorySpec(
+                tuple(
+                    Turn(
+                        prompt_tokens if k == 0 else appended_tokens,
+                        generated_tokens,
+                        float(envs[k]) if k < turns - 1 else 0.0,
+                    )
+                    for k in range(turns)
+                )
+            )
+        )
+    return out

@@ -1,0 +1,155 @@
+"""The rollout simulator: hand-computed makespans, and invariants on random batches.
+
+Invariants (hypothesis): every trajectory started finishes; every generated token is counted once; no
+trajectory finishes before its own critical path (its prefills, decodes at batch 1 and environment calls);
+the same inputs give the same result.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pearl_sched import DeviceParams, Mode
+from pearl_sched.sim import LinearStepTimes, Pool, TrajectorySpec, Turn, sample_trajectories, simulate_batch
+
+FLAT = LinearStepTimes(
+    DeviceParams(
+        gpu_type="x",
+        tp=1,
+        prefill_s_per_token=0.001,
+        decode_iteration_s=0.01,
+        decode_per_seq_s=1e-12,
+        kv_capacity_bytes=1.0,
+    )
+)
+TWO_TURNS = TrajectorySpec((Turn(100, 10, 5.0), Turn(50, 20, 0.0)))
+
+
+def test_colocated_single_trajectory_by_hand() -> None:
+    # prefill 100 × 1 ms = 0.1 s; decode 10 × 10 ms = 0.1 s; environment 5 s; prefill 50 tokens 0.05 s;
+    # decode 20 × 10 ms = 0.2 s: 5.45 s.
+    result = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=1), [TWO_TURNS])
+    assert result.makespan_s == pytest.approx(5.45)
+    assert result.generated_tokens == 30 and result.prefill_tokens == 150
+
+
+def test_disaggregated_adds_the_kv_transfer() -> None:
+    # 1,000 bytes per token over a 1 MB/s link: 0.1 s after the first prefill, 0.05 s after the second.
+    pool = Pool(
+        Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_bytes_per_token=1000, link_bytes_per_s=1e6
+    )
+    assert simulate_batch(pool, [TWO_TURNS]).makespan_s == pytest.approx(5.45 + 0.1 + 0.05)
+
+
+def test_sequences_share_a_decode_iteration() -> None:
+    steps = LinearStepTimes(
+        DeviceParams(
+            gpu_type="x",
+            tp=1,
+            prefill_s_per_token=1e-9,
+            decode_iteration_s=0.01,
+            decode_per_seq_s=0.005,
+            kv_capacity_bytes=1.0,
+        )
+    )
+    one = TrajectorySpec((Turn(1, 10, 0.0),))
+    pool = Pool(Mode.DISAGGREGATED, steps, prefill_workers=1, decode_workers=1)
+    # Both decode together: 10 iterations of 0.01 + 2 × 0.005 = 0.2 s (prefill takes nanoseconds).
+    assert simulate_batch(pool, [one, one]).makespan_s == pytest.approx(0.2, rel=1e-6)
+    two = Pool(Mode.DISAGGREGATED, steps, prefill_workers=1, decode_workers=2)
+    assert simulate_batch(two, [one, one]).makespan_s == pytest.approx(0.15, rel=1e-6)
+
+
+def test_colocated_prefill_pauses_the_decode_batch() -> None:
+    long_prefill = TrajectorySpec((Turn(1000, 10, 0.0),))
+    short = TrajectorySpec((Turn(1, 20, 0.0),))
+    result = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=1), [short, long_prefill])
+    # short: prefill (batched with the long one: 1,001 tokens, 1.001 s), then 20 iterations; both decode
+    # together after the shared prefill, so short ends at 1.001 + 0.2 s.
+    assert max(result.finish_times_s) == pytest.approx(1.001 + 0.2)
+
+
+def test_kv_capacity_makes_trajectories_wait_but_all_finish() -> None:
+    batch = sample_trajectories(
+        8, turns=2, prompt_tokens=400, appended_tokens=50, generated_tokens=50, env_mean_s=1.0, env_std_s=0.0
+    )
+    roomy = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1)
+    tight = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_capacity_tokens=1200)
+    fast, slow = simulate_batch(roomy, batch), simulate_batch(tight, batch)
+    assert slow.finished == fast.finished == 8
+    assert slow.makespan_s > fast.makespan_s
+    with pytest.raises(ValueError, match="more than a decode worker holds"):
+        simulate_batch(
+            Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_capacity_tokens=100), batch
+        )
+
+
+def test_pool_shape_is_validated() -> None:
+    with pytest.raises(ValueError, match="colocated pool"):
+        Pool(Mode.COLOCATED, FLAT, prefill_workers=1)
+    with pytest.raises(ValueError, match="disaggregated pool"):
+        Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec]]:
+    steps = LinearStepTimes(
+        DeviceParams(
+            gpu_type="x",
+            tp=1,
+            prefill_s_per_token=draw(st.sampled_from([1e-5, 1e-3])),
+            decode_iteration_s=draw(st.sampled_from([0.005, 0.02])),
+            decode_per_seq_s=draw(st.sampled_from([1e-5, 1e-3])),
+            kv_capacity_bytes=1.0,
+        )
+    )
+    trajectories = [
+        TrajectorySpec(
+            tuple(
+                Turn(draw(st.integers(1, 3000)), draw(st.integers(1, 300)), draw(st.floats(0, 20)))
+                for _ in range(draw(st.integers(1, 5)))
+            )
+        )
+        for _ in range(draw(st.integers(1, 20)))
+    ]
+    if draw(st.booleans()):
+        pool = Pool(
+            Mode.COLOCATED,
+            steps,
+            colocated_workers=draw(st.integers(1, 4)),
+            chunk_tokens=draw(st.sampled_from([512, 8192])),
+        )
+    else:
+        pool = Pool(
+            Mode.DISAGGREGATED,
+            steps,
+            prefill_workers=draw(st.integers(1, 3)),
+            decode_workers=draw(st.integers(1, 4)),
+            kv_bytes_per_token=draw(st.sampled_from([0.0, 131072.0])),
+            link_bytes_per_s=50e9,
+            kv_capacity_tokens=draw(st.sampled_from([float("inf"), 20000.0])),
+        )
+    return pool, trajectories
+
+
+@given(batches())
+def test_invariants(case: tuple[Pool, list[TrajectorySpec]]) -> None:
+    pool, trajectories = case
+    result = simulate_batch(pool, trajectories)
+    assert result.finished == result.trajectories == len(trajectories)
+    assert result.generated_tokens == sum(t.generated_tokens for t in trajectories)
+    assert result.prefill_tokens == sum(turn.appended_tokens for t in trajectories for turn in t.turns)
+    steps = pool.step_times
+    critical = max(
+        sum(
+            steps.prefill_s(turn.appended_tokens, 1, 0)
+            + turn.generated_tokens * steps.decode_s(1, 0)
+            + (turn.env_after_s if k < len(t.turns) - 1 else 0.0)
+            for k, turn in enumerate(t.turns)
+        )
+        for t in trajectories
+    )
+    assert result.makespan_s >= critical * (1 - 1e-9)
+    assert simulate_batch(pool, trajectories) == result
