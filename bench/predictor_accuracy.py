@@ -123,9 +123,11 @@ def main() -> None:
                 appended_tokens_per_turn=shape["appended"],
                 generated_tokens_per_turn=shape["generated"],
                 env_time_per_turn_s=10.0,
+                env_time_std_s=3.0,
                 bubble_ratio=theta,
                 mean_context_tokens=mean_context,
                 kv_bytes_per_token=kv_per_token,
+                prompt_tokens=shape["prompt"],
             )
 
         pearl = PearlMakespanModel(params)

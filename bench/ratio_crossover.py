@@ -119,8 +119,10 @@ class Setup:
             appended_tokens_per_turn=self.shape["appended"],
             generated_tokens_per_turn=self.shape["generated"],
             env_time_per_turn_s=10.0,
+            env_time_std_s=3.0,
             mean_context_tokens=self.mean_context,
             kv_bytes_per_token=self.kv_per_token,
+            prompt_tokens=self.shape["prompt"],
         )
 
     def cluster(self, workers: int) -> ClusterState:

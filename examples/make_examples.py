@@ -8,7 +8,7 @@ Where each number comes from:
 - workload: per-turn appended and generated tokens and turns of the tau-bench GPT-4o trajectories in
   ../shared/data/agentic (means; the slowest trajectory's turns at the 90th percentile); 1,024
   trajectories, PEARL §6's batch 64 × group 16; environment time 10 s per turn, RollArt's Normal(10 s, σ)
-  mean;
+  mean, with σ = 3 s from RollArt's 1–10 s range; the first-turn prompt is tau-bench's mean first prompt;
 - cluster: 4 dedicated + 8 preemptible rollout GPUs and 8 training GPUs, 8 GPUs per node, TP1 workers.
 """
 
@@ -46,10 +46,12 @@ def workload() -> Workload:
         appended_tokens_per_turn=round(appended, 1),
         generated_tokens_per_turn=round(generated, 1),
         env_time_per_turn_s=10.0,
+        env_time_std_s=3.0,
         bubble_ratio=0.0,
         mean_context_tokens=round(context, 1),
         max_context_tokens=float(max(int(r["prompt_tokens"]) for r in rows)),
         kv_bytes_per_token=kv,
+        prompt_tokens=round(statistics.fmean(float(r["prompt_tokens"]) for r in rows if r["turn_index"] == "0"), 1),
     )
 
 

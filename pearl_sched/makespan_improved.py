@@ -18,7 +18,16 @@ interference it is a quadratic with one positive root. θ = (B − n)/n is an ou
 - **shared KV bandwidth**: transfers share BW as a processor-sharing link: one turn's transfer takes
   x = ΔL·K/(BW·(1 − u_x)), u_x = B·ΔL·K/(C·BW) its utilisation;
 - **makespan = max(throughput bound, critical path)**: the critical path is S·C for the slowest trajectory;
-  the throughput bounds are each pool's total work over its capacity (PEARL's pool formulas with θ = 0).
+  the throughput bounds are each pool's total work over its capacity (PEARL's pool formulas with θ = 0);
+- **the first-turn burst**: every trajectory starts by prefilling its whole prompt (``Workload.prompt_tokens``)
+  at once; the pool clears that burst, B·P₀·t_p/E_P, before the cycle settles — on agentic batches it is
+  often the largest single prefill load (1,024 tau-bench prompts of ~1,300 tokens against 151 appended per
+  turn), and PEARL's per-turn ΔL leaves it out;
+- **the slowest trajectory, not the mean one**: the batch ends when its last trajectory does. Trajectory i
+  starts after a share of the burst (uniform over [0, burst]) and spends S environment calls of spread σ
+  (``Workload.env_time_std_s``); the makespan's critical path is S·C plus the *characteristic largest* of B
+  such delays, the t with B·P(start + env deviation > t) = 1 — σ·√S·Φ⁻¹(1 − 1/B) without a burst, the burst
+  itself without spread.
 
 With no environment time, no transfer, constant t_p and T_over = 0, the colocated prediction equals PEARL's
 colocated formula and the disaggregated decode bound equals PEARL's T_dec at θ = 0 (``tests`` check both).
@@ -28,6 +37,9 @@ reports ``predict``.
 """
 
 from __future__ import annotations
+
+import math
+from statistics import NormalDist
 
 from pydantic import Field
 
@@ -42,6 +54,31 @@ from pearl_sched.makespan import (
 from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Workload
 
 _BISECTION_STEPS = 80
+
+
+def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float:
+    """Characteristic largest of ``trajectories`` i.i.d. delays U·burst + N(0, spread²), U uniform on [0, 1]:
+    the t at which the expected number of trajectories later than t is one."""
+    if trajectories <= 1:
+        return burst_s / 2
+    if spread_s <= 0:
+        return burst_s * (1 - 1 / trajectories)
+    normal = NormalDist()
+    if burst_s <= 0:
+        return spread_s * normal.inv_cdf(1 - 1 / trajectories)
+    grid = [burst_s * (k + 0.5) / 64 for k in range(64)]
+
+    def later(t: float) -> float:  # expected number of trajectories later than t
+        return trajectories * sum(1 - normal.cdf((t - x) / spread_s) for x in grid) / len(grid)
+
+    lo, hi = 0.0, burst_s + 10 * spread_s
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if later(mid) > 1:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 class ImprovedParams(Frozen):
@@ -99,7 +136,7 @@ class ImprovedMakespanModel:
         dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
         t_p = self._prefill_per_token_s(workload)
         transfer = s * b * dl * workload.kv_bytes_per_token / p.kv_bandwidth_bytes_per_s
-        prefill_work = s * b * dl * t_p
+        prefill_work = (s * dl + workload.prompt_tokens) * b * t_p
         prefill = (
             PoolTerms(fixed_s=0.0, work_s=prefill_work + transfer)
             if p.kv_bandwidth_per_prefill_worker
@@ -110,7 +147,7 @@ class ImprovedMakespanModel:
             decode=PoolTerms(fixed_s=s * r * ref.decode_iteration_s, work_s=s * r * ref.decode_per_seq_s * b),
             colocated=PoolTerms(
                 fixed_s=s * (r * ref.decode_iteration_s + p.switch_overhead_s),
-                work_s=s * b * (dl * t_p + r * ref.decode_per_seq_s),
+                work_s=s * b * (dl * t_p + r * ref.decode_per_seq_s) + b * workload.prompt_tokens * t_p,
             ),
             environment_s=workload.env_time_s,
         )
@@ -175,7 +212,9 @@ class ImprovedMakespanModel:
         s, b = workload.turns, workload.batch_size
         terms = self.terms(workload)
         env = terms.environment_s
-        critical = s * cycle.cycle_s
+        prefill_capacity = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.prefill
+        burst = b * workload.prompt_tokens * self._prefill_per_token_s(workload) / prefill_capacity
+        critical = s * cycle.cycle_s + slowest_delay_s(burst, workload.env_time_std_s * math.sqrt(s), b)
         if capacity.mode is Mode.COLOCATED:
             throughput = s * (
                 b * (workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)) / capacity.colocated
@@ -192,7 +231,7 @@ class ImprovedMakespanModel:
             decode = s * workload.generated_tokens_per_turn * cycle.iteration_s
             return MakespanBreakdown(
                 total_s=total,
-                prefill_s=s * cycle.prefill_s,
+                prefill_s=burst + s * cycle.prefill_s,
                 decode_s=decode,
                 transfer_s=0.0,
                 environment_s=env,
@@ -203,7 +242,7 @@ class ImprovedMakespanModel:
         total = max(critical, prefill_bound + env, decode_bound + env)
         return MakespanBreakdown(
             total_s=total,
-            prefill_s=s * cycle.prefill_s,
+            prefill_s=burst + s * cycle.prefill_s,
             decode_s=s * workload.generated_tokens_per_turn * cycle.iteration_s,
             transfer_s=s * cycle.transfer_s,
             environment_s=env,

@@ -125,12 +125,17 @@ class Workload(Frozen):
     appended_tokens_per_turn: NonNegFloat = Field(description="Prompt tokens appended per turn [ΔL]")
     generated_tokens_per_turn: PosFloat = Field(description="Tokens generated per turn [r]")
     env_time_per_turn_s: NonNegFloat = Field(description="Environment (tool) seconds per turn")
+    env_time_std_s: NonNegFloat = Field(default=0.0, description="Spread of one turn's environment time")
     bubble_ratio: NonNegFloat = Field(default=0.0, description="θ = (1 − f)/f, f the decoding fraction")
     mean_context_tokens: NonNegFloat = 0.0
     max_context_tokens: NonNegFloat = 0.0
     kv_bytes_per_token: NonNegFloat = Field(description="KV-cache bytes per token [K]")
     min_prefill_tokens_per_s: NonNegFloat = Field(
         default=0.0, description="Prefill demand the pool must sustain (0: no constraint)"
+    )
+    prompt_tokens: NonNegFloat = Field(
+        default=0.0,
+        description="Initial prompt tokens per trajectory still to prefill (the first-turn burst; PEARL omits it)",
     )
 
     @model_validator(mode="after")

@@ -54,6 +54,7 @@ class TrajectoryStats(Frozen):
             appended_tokens_per_turn=self.appended_tokens_per_turn,
             generated_tokens_per_turn=self.generated_tokens_per_turn,
             env_time_per_turn_s=self.env_time_per_turn_s,
+            env_time_std_s=self.env_time_std_s,
             bubble_ratio=self.bubble_ratio,
             mean_context_tokens=self.retained_tokens / 2,
             max_context_tokens=self.retained_tokens,

@@ -103,3 +103,21 @@ def test_plan_accepts_the_improved_model() -> None:
     result = plan(state([Slot(role=Role.PREFILL), Slot(role=Role.DECODE)] + [Slot()] * 6), model)
     assert result.model == "improved"
     assert result.makespan.total_s > 0
+
+
+def test_slowest_trajectory_delay_limits() -> None:
+    from statistics import NormalDist
+
+    from pearl_sched.makespan_improved import slowest_delay_s
+
+    assert slowest_delay_s(0.0, 10.0, 1000) == pytest.approx(10.0 * NormalDist().inv_cdf(1 - 1 / 1000))
+    assert slowest_delay_s(30.0, 0.0, 1000) == pytest.approx(30.0 * (1 - 1 / 1000))
+    both = slowest_delay_s(30.0, 10.0, 1000)
+    assert max(30.0 * 0.999, 10.0 * NormalDist().inv_cdf(0.999)) < both < 30.0 + 10.0 * NormalDist().inv_cdf(0.999)
+
+
+def test_environment_spread_lengthens_the_batch() -> None:
+    calm = workload(batch_size=64, unfinished=64, env_time_std_s=0.0)  # small batch: the critical path binds
+    noisy = workload(batch_size=64, unfinished=64, env_time_std_s=5.0)
+    capacity = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=6)
+    assert IMPROVED.predict(noisy, capacity).total_s > IMPROVED.predict(calm, capacity).total_s
