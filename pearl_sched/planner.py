@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -40,11 +40,10 @@ from pearl_sched.policies import (
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
 from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
-from pearl_sched.transition import assign_slots, assignment_tuple, build_actions
+from pearl_sched.transition import FLIP_ROLES, assign_slots, assignment_tuple, build_actions
 
 logger = logging.getLogger(__name__)
 
-_FLIP = frozenset({Role.PREFILL, Role.DECODE})
 _START_WINDOW = 8  # splits around the balance point tried for the MILP's start solution
 
 
@@ -455,7 +454,7 @@ def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int)
             seconds = costs.deactivation_s if zone is Zone.OVERLAP else costs.stop_s
         elif current is None:
             seconds = costs.activation_s if zone is Zone.OVERLAP else costs.preparation_s
-        elif {current, target} == _FLIP:
+        elif {current, target} == FLIP_ROLES:
             seconds = costs.role_switch_s
         else:
             seconds = costs.restart_s
@@ -538,13 +537,4 @@ def input_digest(
     return digest.hexdigest()
 
 
-def current_counts(state: ClusterState) -> Mapping[Role, int]:
-    """Workers per rollout role in use now."""
-    counts = dict.fromkeys(ROLLOUT_ROLES, 0)
-    for w in state.workers:
-        if w.rollout_role is not None:
-            counts[w.rollout_role] += 1
-    return counts
-
-
-__all__ = ["current_counts", "evaluate", "input_digest", "plan"]
+__all__ = ["input_digest", "plan"]

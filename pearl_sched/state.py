@@ -8,7 +8,6 @@ pydantic models that forbid unknown fields; rules that span objects are checked 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from enum import StrEnum
 from typing import Annotated, Self
@@ -235,8 +234,3 @@ def _unique(kind: str, ids: list[str]) -> None:
     repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
     if repeated:
         raise ValueError(f"{kind} ids repeat: {repeated}")
-
-
-def finite(value: float) -> bool:
-    """True for a finite float (NaN and ±inf are not)."""
-    return math.isfinite(value)

@@ -16,7 +16,8 @@ from pearl_sched.plans import ACTION_ORDER, Action, ActionKind, SlotAssignment
 from pearl_sched.solvers.formulation import ROLES, ClassProblem, Counts
 from pearl_sched.state import ClusterState, Role, Status, Worker, Zone
 
-_FLIP = frozenset({Role.PREFILL, Role.DECODE})
+FLIP_ROLES = frozenset({Role.PREFILL, Role.DECODE})
+"""Roles a worker can switch between without a restart (SGLang's /pd_role_switch)."""
 
 
 def assign_slots(problem: ClassProblem, counts: Counts, workers: Mapping[str, Worker]) -> dict[str, Role | None]:
@@ -72,7 +73,7 @@ def _kind(before: Role | None, after: Role | None, zone: Zone) -> ActionKind:
         return ActionKind.RETURN if zone is Zone.OVERLAP else ActionKind.SHRINK
     if before is None:
         return ActionKind.EXPAND
-    return ActionKind.REROLE if {before, after} == _FLIP else ActionKind.RESTART
+    return ActionKind.REROLE if {before, after} == FLIP_ROLES else ActionKind.RESTART
 
 
 def apply_actions(state: ClusterState, actions: Iterable[Action]) -> ClusterState:

@@ -277,8 +277,3 @@ def crossval_predictions(
     if not measured:
         return np.empty(0), np.empty(0)
     return np.concatenate(measured), np.concatenate(predicted)
-
-
-def report_rows(models: ProfileModels) -> Sequence[FitReport]:
-    """Reports in key order."""
-    return [models.components[k].report for k in sorted(models.components)]
