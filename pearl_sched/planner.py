@@ -223,21 +223,15 @@ def plan(
     target = assign_slots(problem, solution.counts, workers)
     slot_reasons = {s.worker.id: s.reason for s in slots if s.reason}
     actions = build_actions(state, target, slot_reasons)
-    cap = solution.capacity
-    breakdown = model.predict(
-        workload,
-        PoolCapacity(
-            mode=solution.mode,
-            prefill=cap[Role.PREFILL],
-            decode=cap[Role.DECODE],
-            colocated=cap[Role.COLOCATED],
-        ),
-    )
+    breakdown = model.predict(workload, _pool_capacity(solution))
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in zip(problem.classes, solution.counts, strict=True))
+    gain_s = gain_pct = None
     status_quo = _status_quo(base_problem, state.mode)
-    gain_s = rho * (status_quo.makespan_s - breakdown.total_s) if status_quo is not None else None
-    gain_pct = (status_quo.makespan_s - breakdown.total_s) / status_quo.makespan_s * 100 if status_quo else None
+    if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
+        before = model.predict(workload, _pool_capacity(status_quo)).total_s
+        gain_s = rho * (before - breakdown.total_s)
+        gain_pct = (before - breakdown.total_s) / before * 100 if before > 0 else None
     return Plan(
         mode=solution.mode,
         prefill_workers=totals[0],
@@ -353,6 +347,13 @@ def _hysteresis(
     if not gate.allow:
         return Decision(kind=DecisionKind.KEPT, reason=_join(gate.reason, gates)), keep
     return Decision(kind=DecisionKind.CHANGED, reason=_join(gate.reason, gates)), best
+
+
+def _pool_capacity(solution: ClassSolution) -> PoolCapacity:
+    cap = solution.capacity
+    return PoolCapacity(
+        mode=solution.mode, prefill=cap[Role.PREFILL], decode=cap[Role.DECODE], colocated=cap[Role.COLOCATED]
+    )
 
 
 def _status_quo(base: ClassProblem, mode: Mode | None) -> ClassSolution | None:
