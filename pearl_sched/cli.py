@@ -58,20 +58,27 @@ def plan_command(
     current: Annotated[Path | None, typer.Option(help="The plan in force (JSON from --json)")] = None,
     backend: Annotated[str, typer.Option(help="auto, enumeration, or a solver backend")] = "auto",
     time_limit: Annotated[float, typer.Option(help="Seconds per solve")] = 2.0,
+    predictor: Annotated[str, typer.Option(help="pearl (PEARL's closed form) or improved")] = "pearl",
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
 ) -> None:
     """Plan the PD mode, P:D ratio and minimal transition for a cluster state."""
-    from pearl_sched.makespan import PearlMakespanModel
+    from pearl_sched.makespan import MakespanModel, PearlMakespanModel
+    from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
     from pearl_sched.planner import plan
     from pearl_sched.plans import Plan
     from pearl_sched.request import PlanRequest
 
+    if predictor not in ("pearl", "improved"):
+        _fail(f"--predictor is pearl or improved, not {predictor!r}")
     req: PlanRequest = _load(request, PlanRequest, "plan request")
     previous: Plan | None = _load(current, Plan, "plan") if current is not None else None
+    model: MakespanModel = PearlMakespanModel(req.model)
+    if predictor == "improved":
+        model = ImprovedMakespanModel(ImprovedParams(pearl=req.model))
     try:
         result = plan(
             req.state,
-            PearlMakespanModel(req.model),
+            model,
             current=previous,
             costs=req.costs,
             policy=req.policy,

@@ -77,3 +77,10 @@ def test_backends_lists_the_default() -> None:
     result = runner.invoke(app, ["backends"])
     assert result.exit_code == 0
     assert "highs (default)" in result.output
+
+
+def test_plan_with_the_improved_predictor() -> None:
+    result = runner.invoke(app, ["plan", str(EXAMPLES / "running.json"), "--predictor", "improved", "--json"])
+    assert result.exit_code == 0, result.output
+    assert Plan.model_validate_json(result.stdout).model == "improved"
+    assert runner.invoke(app, ["plan", str(EXAMPLES / "running.json"), "--predictor", "oracle"]).exit_code == 2
