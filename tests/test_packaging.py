@@ -69,6 +69,7 @@ def test_wheel_contains_every_module_and_no_stray_top_level_package(wheel: Path)
     assert "pearl_sched/py.typed" in names
     for model in ("qwen3-8b", "qwen3-30b-a3b", "qwen3-32b", "llama-3.1-8b"):
         assert f"pearl_sched/profiles/configs/{model}.json" in names
+    assert "pearl_sched/sim/scenarios/e2e.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "pearl-sched = pearl_sched.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
