@@ -26,15 +26,17 @@ admitted, pausing admission once).
                Σ_k H_k·y_kD ≥ Q·m,   Σ_k H_k·y_kC ≥ Q·(1 − m)  (KV capacity)
                Σ_k π_k·y_kP ≥ λ·m,   Σ_k π_k·y_kC ≥ λ·(1 − m)  (prefill capacity)
                u ≥ Σ_{k new} Σ_r y_kr / U_new                  (admission pause)
-               T ≥ f_r(e) + f_r'(e)·(E_r − e) − M·[r inactive]  for every cut point e of role r,
+               T ≥ c_j + s_j·E_r − M·[r inactive]               for every cut j of role r,
                with E_r = Σ_k κ_kr·y_kr
 
 Zone rules, mandatory returns and the hysteresis "keep" candidate are expressed through R_k and fixed
-bounds. The makespan cuts are tangents of a convex function, hence valid under-estimators; the solve loop
-(:func:`solve_class_problem`) adds the tangent at the incumbent capacity until the cut value equals
-f_r(E_r) there, so the final answer is optimal for the exact objective (outer approximation, finitely many
-capacity values). The objective's constant terms ensure the reported objective equals
-:func:`evaluate` at the solution.
+bounds. The makespan cuts (c_j + s_j·E) are tangents of the convex f_r, valid everywhere, and — where every
+class of a role has the same weight, so capacities live on a lattice — chords between neighbouring lattice
+points, exact there. The solve loop (:func:`solve_class_problem`) adds cuts tight at the incumbent capacity
+until the cut value equals f_r(E_r) there, so the final answer is optimal for the exact objective (outer
+approximation over finitely many capacity values). Each mode is solved on its own (m fixed), the start
+solution's mode first, its optimum a cutoff for the other. The objective's constant terms make the reported
+objective equal :func:`evaluate` at the solution.
 """
 
 from __future__ import annotations
