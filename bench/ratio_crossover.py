@@ -25,119 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.predictor_accuracy import H200_BYTES, LINK_BYTES_PER_S, tau_bench_shape
+from bench.common import FREE, Setup, label, tau_bench_shape
 from pearl_sched import (
-    GPU,
-    Budget,
-    ClusterState,
     Mode,
     PearlMakespanModel,
-    PearlParams,
-    Role,
-    Status,
-    TransitionCosts,
-    Worker,
-    Workload,
-    Zone,
     plan,
 )
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
-from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
-from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
-from pearl_sched.sim import ComposedStepTimes, Pool, sample_trajectories, simulate_batch
-
-FREE = TransitionCosts(
-    preparation_s=0,
-    finalisation_s=0,
-    activation_s=0,
-    deactivation_s=0,
-    role_switch_s=0,
-    restart_s=0,
-    stop_s=0,
-    volatile_decode_s=0,
-)
-
-
-class Setup:
-    """One model on H200 TP2 workers: its simulator step times and fitted predictor parameters."""
-
-    def __init__(self, data: Path, model: str, trajectories: int, shape: dict[str, float]) -> None:
-        self.config = shipped_config(model)
-        self.composed = ComposedStepModel(self.config, KernelTables(data / "aiconfigurator-sglang" / "h200_sxm"), tp=2)
-        self.steps = ComposedStepTimes(self.composed)
-        self.kv_per_token = self.config.kv_bytes_per_token()
-        self.kv_bytes = kv_capacity_bytes(self.config, 2, H200_BYTES)
-        self.turns = round(shape["turns"])
-        self.shape = shape
-        self.trajectories = trajectories
-        self.mean_context = shape["prompt"] + self.turns * (shape["appended"] + shape["generated"]) / 2
-        self.batch = sample_trajectories(
-            trajectories,
-            turns=self.turns,
-            prompt_tokens=round(shape["prompt"]),
-            appended_tokens=round(shape["appended"]),
-            generated_tokens=round(shape["generated"]),
-            env_mean_s=10.0,
-            env_std_s=3.0,
-        )
-        device = fit_device(
-            gpu_type="h200",
-            tp=2,
-            prefill_s=lambda n, c: self.composed.prefill_s(n, cached_tokens=c),
-            decode_s=self.composed.decode_s,
-            context_tokens=self.mean_context,
-            appended_tokens=shape["appended"],
-            max_batch=max(2, trajectories // 4),
-            kv_capacity=self.kv_bytes,
-        )
-        self.params = PearlParams(
-            devices=(device,),
-            switch_overhead_s=0.0,
-            kv_bandwidth_bytes_per_s=LINK_BYTES_PER_S,
-            kv_bandwidth_per_prefill_worker=True,
-            source="fit to the kernel composition",
-        )
-
-    def simulate(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> float:
-        pool = Pool(
-            mode,
-            self.steps,
-            prefill_workers=prefill,
-            decode_workers=decode,
-            colocated_workers=colocated,
-            kv_capacity_tokens=self.kv_bytes / self.kv_per_token,
-            kv_bytes_per_token=self.kv_per_token,
-            link_bytes_per_s=LINK_BYTES_PER_S,
-        )
-        return simulate_batch(pool, self.batch).makespan_s
-
-    def workload(self) -> Workload:
-        return Workload(
-            batch_size=self.trajectories,
-            unfinished=self.trajectories,
-            turns=self.turns,
-            appended_tokens_per_turn=self.shape["appended"],
-            generated_tokens_per_turn=self.shape["generated"],
-            env_time_per_turn_s=10.0,
-            env_time_std_s=3.0,
-            mean_context_tokens=self.mean_context,
-            kv_bytes_per_token=self.kv_per_token,
-            prompt_tokens=self.shape["prompt"],
-        )
-
-    def cluster(self, workers: int) -> ClusterState:
-        gpus = [GPU(id=f"g{i}", node=f"n{i // 8}", type="h200", zone=Zone.DEDICATED) for i in range(2 * workers)]
-        slots = [
-            Worker(id=f"w{i:02d}", gpu_ids=(f"g{2 * i}", f"g{2 * i + 1}"), role=Role.DECODE, status=Status.INACTIVE)
-            for i in range(workers)
-        ]
-        return ClusterState(
-            gpus=tuple(gpus), workers=tuple(slots), workload=self.workload(), budget=Budget(max_gpus=2 * workers)
-        )
-
-
-def label(mode: Mode, prefill: int, decode: int, colocated: int) -> str:
-    return f"{colocated}C" if mode is Mode.COLOCATED else f"{prefill}P{decode}D"
 
 
 def ratio_selection(data: Path, shape: dict[str, float]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.predictor_accuracy import H200_BYTES, LINK_BYTES_PER_S, tau_bench_shape
+from bench.common import H200_BYTES, LINK_BYTES_PER_S, tau_bench_shape
 from pearl_sched import Mode
 from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
 from pearl_sched.profiles.to_pearl import kv_capacity_bytes
