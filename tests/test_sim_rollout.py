@@ -136,6 +136,7 @@ def batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec]]:
 
 @given(batches())
 def test_invariants(case: tuple[Pool, list[TrajectorySpec]]) -> None:
+    """Every trajectory finishes, tokens are counted once, nobody beats its own critical path, runs repeat."""
     pool, trajectories = case
     result = simulate_batch(pool, trajectories)
     assert result.finished == result.trajectories == len(trajectories)
@@ -153,3 +154,78 @@ def test_invariants(case: tuple[Pool, list[TrajectorySpec]]) -> None:
     )
     assert result.makespan_s >= critical * (1 - 1e-9)
     assert simulate_batch(pool, trajectories) == result
+
+
+def test_preempted_decode_worker_keeps_the_partial_turn_and_reprefills_its_prefix() -> None:
+    from pearl_sched.sim import PoolChange
+
+    one = TrajectorySpec((Turn(100, 10, 0.0),))
+    pool = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1)
+    # Prefill 0.1 s; 5 of 10 tokens decoded by 0.15 s, when decode worker 0 leaves and worker 1 joins.
+    # The 105-token prefix is prefilled again (0.105 s), then the last 5 tokens decode (0.05 s): 0.305 s.
+    change = PoolChange(at_s=0.15, add_decode=1, remove_decode=(0,))
+    result = simulate_batch(pool, [one], [change])
+    assert result.makespan_s == pytest.approx(0.305)
+    assert result.generated_tokens == 10
+    assert result.prefill_tokens == 100 + 105
+
+
+def test_pool_changes_are_validated() -> None:
+    from pearl_sched.sim import PoolChange
+
+    one = TrajectorySpec((Turn(100, 10, 0.0),))
+    pool = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1)
+    with pytest.raises(ValueError, match="leaves no prefill or no decode worker"):
+        simulate_batch(pool, [one], [PoolChange(at_s=0.15, remove_decode=(0,))])
+    with pytest.raises(ValueError, match="changes by prefill and decode workers only"):
+        simulate_batch(pool, [one], [PoolChange(at_s=0.15, add_colocated=1)])
+    twice = [PoolChange(at_s=0.15, add_decode=1, remove_decode=(0,)), PoolChange(at_s=0.2, remove_decode=(0,))]
+    with pytest.raises(ValueError, match="already left"):
+        simulate_batch(pool, [one], twice)
+
+
+@st.composite
+def changing_batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec], list[object]]:
+    from pearl_sched.sim import PoolChange
+
+    pool, trajectories = draw(batches())
+    colocated = pool.mode is Mode.COLOCATED
+    prefill = pool.colocated_workers if colocated else pool.prefill_workers
+    decode = pool.colocated_workers if colocated else pool.decode_workers
+    alive_p, alive_d = list(range(prefill)), list(range(decode))
+    changes = []
+    at = 0.0
+    for _ in range(draw(st.integers(0, 4))):
+        at += draw(st.floats(0.01, 30.0))
+        add = draw(st.integers(0, 2))
+        if colocated:
+            leave = draw(st.sampled_from(alive_p)) if len(alive_p) + add > 1 and draw(st.booleans()) else None
+            changes.append(
+                PoolChange(at_s=at, add_colocated=add, remove_colocated=(leave,) if leave is not None else ())
+            )
+            total = prefill + sum(c.add_colocated for c in changes)
+            alive_p = [w for w in range(total) if w not in {r for c in changes for r in c.remove_colocated}]
+        else:
+            leave_d = draw(st.sampled_from(alive_d)) if len(alive_d) + add > 1 and draw(st.booleans()) else None
+            leave_p = draw(st.sampled_from(alive_p)) if len(alive_p) > 1 and draw(st.booleans()) else None
+            changes.append(
+                PoolChange(
+                    at_s=at,
+                    add_decode=add,
+                    remove_decode=(leave_d,) if leave_d is not None else (),
+                    remove_prefill=(leave_p,) if leave_p is not None else (),
+                )
+            )
+            total_d = decode + sum(c.add_decode for c in changes)
+            alive_d = [w for w in range(total_d) if w not in {r for c in changes for r in c.remove_decode}]
+            alive_p = [w for w in range(prefill) if w not in {r for c in changes for r in c.remove_prefill}]
+    return pool, trajectories, changes
+
+
+@given(changing_batches())
+def test_no_trajectory_is_lost_when_workers_come_and_go(case: tuple[Pool, list[TrajectorySpec], list[object]]) -> None:
+    pool, trajectories, changes = case
+    result = simulate_batch(pool, trajectories, changes)  # type: ignore[arg-type]
+    assert result.finished == len(trajectories)
+    assert result.generated_tokens == sum(t.generated_tokens for t in trajectories)
+    assert result.prefill_tokens >= sum(turn.appended_tokens for t in trajectories for turn in t.turns)

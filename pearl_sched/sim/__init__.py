@@ -10,6 +10,7 @@ from pearl_sched.sim.availability import AvailabilityTrace, TraceFormatError
 from pearl_sched.sim.rollout import (
     BatchResult,
     Pool,
+    PoolChange,
     RolloutSimulation,
     TrajectorySpec,
     Turn,
@@ -25,6 +26,7 @@ __all__ = [
     "ComposedStepTimes",
     "LinearStepTimes",
     "Pool",
+    "PoolChange",
     "RolloutSimulation",
     "Scenario",
     "ScenarioError",

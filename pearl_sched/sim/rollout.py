@@ -107,6 +107,26 @@ class _Kind(Enum):
     TRANSFER_DONE = 1
     DECODE_DONE = 2
     ENV_DONE = 3
+    POOL_CHANGE = 4
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    """Workers joining or leaving mid-batch (preemption, borrowing, returning).
+
+    ``remove_*`` name workers by their index in the pool (joined workers get the next indices). A removed
+    decode worker's sequences keep the tokens generated so far and resubmit their whole prefix to a prefill
+    worker (a re-prefill), then decode the rest of their turn elsewhere; a removed prefill worker's queue and
+    running batch go to the others. KV transfers already on the wire complete.
+    """
+
+    at_s: float
+    add_prefill: int = 0
+    add_decode: int = 0
+    add_colocated: int = 0
+    remove_prefill: tuple[int, ...] = ()
+    remove_decode: tuple[int, ...] = ()
+    remove_colocated: tuple[int, ...] = ()
 
 
 @dataclass
@@ -115,6 +135,7 @@ class _Trajectory:
     index: int
     turn: int = 0
     context: int = 0
+    remaining: int | None = None  # tokens still to generate this turn after an interruption
 
 
 @dataclass
@@ -134,6 +155,8 @@ class _Decoder:
     version: int = 0
     busy_s: float = 0.0
     occupancy_s: float = 0.0  # ∫ (sequences in the decode phase) dt, paused or not
+    alive: bool = True
+    charge: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # tokens, KV, context share
 
     def advance(self, now: float) -> None:
         self.occupancy_s += len(self.active) * (now - self.since)
@@ -147,18 +170,23 @@ class _Decoder:
         self.tau = self.steps.decode_s(n, self.context_total / n) if n else 0.0
 
 
+_Job = tuple[int, int, int, bool]  # trajectory, new tokens, cached tokens, resubmitted prefix
+
+
 @dataclass
 class _Prefiller:
-    queue: deque[tuple[int, int, int]] = field(default_factory=deque)  # (trajectory, new tokens, cached tokens)
-    running: list[tuple[int, int]] | None = None
+    queue: deque[_Job] = field(default_factory=deque)
+    running: list[_Job] | None = None
     load_tokens: int = 0  # queued and running new tokens
     link_free_at: float = 0.0
+    alive: bool = True
+    version: int = 0
 
 
 class RolloutSimulation:
     """Simulate one batch of trajectories on a pool; :meth:`run` returns a :class:`BatchResult`."""
 
-    def __init__(self, pool: Pool, trajectories: Sequence[TrajectorySpec]) -> None:
+    def __init__(self, pool: Pool, trajectories: Sequence[TrajectorySpec], changes: Sequence[PoolChange] = ()) -> None:
         if not trajectories:
             raise ValueError("a batch needs at least one trajectory")
         self.pool = pool
@@ -176,6 +204,9 @@ class RolloutSimulation:
         self.generated = 0
         self.prefilled = 0
         self.handled = 0
+        self.changes = list(changes)
+        for i, change in enumerate(self.changes):
+            self._push(change.at_s, _Kind.POOL_CHANGE, i)
 
     # -- event plumbing -----------------------------------------------------------------------------------
     def _push(self, at: float, kind: _Kind, who: int, version: int = 0) -> None:
@@ -189,12 +220,15 @@ class RolloutSimulation:
             self.now = at
             self.handled += 1
             if kind is _Kind.PREFILL_DONE:
-                self._prefill_done(who)
+                if version == self.prefillers[who].version:
+                    self._prefill_done(who)
             elif kind is _Kind.TRANSFER_DONE:
                 self._admit_decode(who)
             elif kind is _Kind.DECODE_DONE:
                 if version == self.decoders[who].version:
                     self._decode_done(who)
+            elif kind is _Kind.POOL_CHANGE:
+                self._change(self.changes[who])
             else:
                 self._enqueue_prefill(who)
         return BatchResult(
@@ -212,24 +246,27 @@ class RolloutSimulation:
     # -- prefill --------------------------------------------------------------------------------------------
     def _enqueue_prefill(self, index: int) -> None:
         t = self.trajectories[index]
-        turn = t.spec.turns[t.turn]
-        worker = min(range(len(self.prefillers)), key=lambda w: (self.prefillers[w].load_tokens, w))
+        self._queue_job((index, t.spec.turns[t.turn].appended_tokens, t.context, False))
+
+    def _queue_job(self, job: _Job) -> None:
+        alive = [w for w, p in enumerate(self.prefillers) if p.alive]
+        worker = min(alive, key=lambda w: (self.prefillers[w].load_tokens, w))
         p = self.prefillers[worker]
-        p.queue.append((index, turn.appended_tokens, t.context))
-        p.load_tokens += turn.appended_tokens
+        p.queue.append(job)
+        p.load_tokens += job[1]
         self._start_prefill(worker)
 
     def _start_prefill(self, worker: int) -> None:
         p = self.prefillers[worker]
         if p.running is not None or not p.queue:
             return
-        batch: list[tuple[int, int]] = []
+        batch: list[_Job] = []
         tokens = cached = 0
         while p.queue and (not batch or tokens + p.queue[0][1] <= self.pool.chunk_tokens):
-            index, new, prior = p.queue.popleft()
-            batch.append((index, new))
-            tokens += new
-            cached += prior
+            job = p.queue.popleft()
+            batch.append(job)
+            tokens += job[1]
+            cached += job[2]
         p.running = batch
         if self.pool.mode is Mode.COLOCATED:  # prefill first: the worker's decode batch waits
             d = self.decoders[worker]
@@ -237,16 +274,17 @@ class RolloutSimulation:
             d.paused = True
             d.version += 1
         duration = self.pool.step_times.prefill_s(tokens, len(batch), cached / len(batch))
-        self._push(self.now + duration, _Kind.PREFILL_DONE, worker)
+        self._push(self.now + duration, _Kind.PREFILL_DONE, worker, p.version)
 
     def _prefill_done(self, worker: int) -> None:
         p = self.prefillers[worker]
         batch, p.running = p.running or [], None
-        for index, new in batch:
+        for index, new, _, resubmitted in batch:
             self.prefilled += new
             p.load_tokens -= new
             t = self.trajectories[index]
-            t.context += new
+            if not resubmitted:  # a resubmitted prefix is already in the context
+                t.context += new
             if self.pool.mode is Mode.COLOCATED:
                 self._place(index, worker)
             else:
@@ -272,22 +310,28 @@ class RolloutSimulation:
     def _room(self, index: int) -> int | None:
         """The least loaded decode worker with KV room for the trajectory's turn, or None."""
         t = self.trajectories[index]
-        need = t.context + t.spec.turns[t.turn].generated_tokens
-        room = [w for w, d in enumerate(self.decoders) if d.kv_used + need <= d.kv_capacity]
-        if not room and all(not d.active for d in self.decoders):
+        need = t.context + self._to_generate(t)
+        room = [w for w, d in enumerate(self.decoders) if d.alive and d.kv_used + need <= d.kv_capacity]
+        if not room and all(not d.active for d in self.decoders if d.alive):
             raise ValueError(f"trajectory {index} needs {need} KV tokens, more than a decode worker holds")
         return min(room, key=lambda w: (len(self.decoders[w].active), w)) if room else None
+
+    @staticmethod
+    def _to_generate(t: _Trajectory) -> int:
+        return t.remaining if t.remaining is not None else t.spec.turns[t.turn].generated_tokens
 
     def _place(self, index: int, worker: int) -> None:
         t = self.trajectories[index]
         d = self.decoders[worker]
         d.advance(self.now)
-        generated = t.spec.turns[t.turn].generated_tokens
-        finish = d.clock + generated
+        tokens = self._to_generate(t)
+        finish = d.clock + tokens
         d.active[index] = finish
         heapq.heappush(d.finishing, (finish, index))
-        d.context_total += t.context + generated / 2
-        d.kv_used += t.context + generated
+        charge = (tokens, float(t.context + tokens), t.context + tokens / 2)
+        d.charge[index] = charge
+        d.kv_used += charge[1]
+        d.context_total += charge[2]
         self._reschedule(worker)
 
     def _reschedule(self, worker: int) -> None:
@@ -303,31 +347,108 @@ class RolloutSimulation:
         d.advance(self.now)
         while d.finishing and d.finishing[0][0] <= d.clock + 1e-9:
             _, index = heapq.heappop(d.finishing)
-            t = self.trajectories[index]
-            turn = t.spec.turns[t.turn]
+            tokens, kv, share = d.charge.pop(index)
             del d.active[index]
-            d.context_total -= t.context + turn.generated_tokens / 2
-            d.kv_used -= t.context + turn.generated_tokens
-            t.context += turn.generated_tokens
-            self.generated += turn.generated_tokens
-            t.turn += 1
-            if t.turn == len(t.spec.turns):
-                self.finish_times.append(self.now)
-            else:
-                self._push(self.now + turn.env_after_s, _Kind.ENV_DONE, index)
+            d.kv_used -= kv
+            d.context_total -= share
+            self._end_turn(index, tokens)
         if not d.active:
             d.context_total = d.kv_used = 0.0  # clear rounding residue
         self._reschedule(worker)
+        self._admit_waiting()
+
+    def _end_turn(self, index: int, tokens: int) -> None:
+        t = self.trajectories[index]
+        turn = t.spec.turns[t.turn]
+        t.context += tokens
+        self.generated += tokens
+        t.remaining = None
+        t.turn += 1
+        if t.turn == len(t.spec.turns):
+            self.finish_times.append(self.now)
+        else:
+            self._push(self.now + turn.env_after_s, _Kind.ENV_DONE, index)
+
+    def _admit_waiting(self) -> None:
         while self.waiting_for_kv:  # freed memory: admit who waited, first come first served
             target = self._room(self.waiting_for_kv[0])
             if target is None:
                 break
             self._place(self.waiting_for_kv.popleft(), target)
 
+    # -- workers joining and leaving ------------------------------------------------------------------------
+    def _change(self, change: PoolChange) -> None:
+        colocated = self.pool.mode is Mode.COLOCATED
+        if colocated and (change.add_prefill or change.add_decode or change.remove_prefill or change.remove_decode):
+            raise ValueError("a colocated pool changes by colocated workers only")
+        if not colocated and (change.add_colocated or change.remove_colocated):
+            raise ValueError("a disaggregated pool changes by prefill and decode workers only")
+        for _ in range(change.add_prefill + change.add_colocated):
+            self.prefillers.append(_Prefiller())
+        for _ in range(change.add_decode + change.add_colocated):
+            self.decoders.append(_Decoder(self.pool.step_times, self.pool.kv_capacity_tokens, since=self.now))
+        jobs: list[_Job] = []
+        for w in (*change.remove_decode, *change.remove_colocated):
+            jobs.extend(self._remove_decoder(w))
+        for w in (*change.remove_prefill, *change.remove_colocated):
+            jobs.extend(self._remove_prefiller(w))
+        if not any(p.alive for p in self.prefillers) or not any(d.alive for d in self.decoders):
+            raise ValueError(f"the change at {change.at_s} s leaves no prefill or no decode worker")
+        for job in jobs:
+            self._queue_job(job)
+        for w, p in enumerate(self.prefillers):
+            if p.alive:
+                self._start_prefill(w)
+        self._admit_waiting()
 
-def simulate_batch(pool: Pool, trajectories: Sequence[TrajectorySpec]) -> BatchResult:
-    """Run one batch to completion."""
-    return RolloutSimulation(pool, trajectories).run()
+    def _remove_decoder(self, worker: int) -> list[_Job]:
+        """Stop a decode worker; its sequences keep their partial turn and resubmit their prefix."""
+        d = self.decoders[worker]
+        if not d.alive:
+            raise ValueError(f"decode worker {worker} has already left")
+        d.advance(self.now)
+        interrupted = []
+        for index, finish in d.active.items():
+            tokens = d.charge[index][0]
+            done = max(0, min(tokens, int(tokens - (finish - d.clock) + 1e-9)))
+            interrupted.append((index, tokens, done))
+        d.active.clear()
+        d.finishing.clear()
+        d.charge.clear()
+        d.kv_used = d.context_total = 0.0
+        d.alive = False
+        d.version += 1
+        jobs: list[_Job] = []
+        for index, tokens, done in interrupted:
+            t = self.trajectories[index]
+            if done == tokens:
+                self._end_turn(index, tokens)
+                continue
+            t.context += done  # the partial turn is kept ...
+            self.generated += done
+            t.remaining = tokens - done
+            jobs.append((index, t.context, 0, True))  # ... and its whole prefix is prefilled again elsewhere
+        return jobs
+
+    def _remove_prefiller(self, worker: int) -> list[_Job]:
+        """Stop a prefill worker; its queued and running jobs go back to be placed elsewhere."""
+        p = self.prefillers[worker]
+        if not p.alive:
+            raise ValueError(f"prefill worker {worker} has already left")
+        jobs = [*(p.running or []), *p.queue]
+        p.queue.clear()
+        p.running = None
+        p.load_tokens = 0
+        p.alive = False
+        p.version += 1
+        return jobs
+
+
+def simulate_batch(
+    pool: Pool, trajectories: Sequence[TrajectorySpec], changes: Sequence[PoolChange] = ()
+) -> BatchResult:
+    """Run one batch to completion, with workers joining and leaving as ``changes`` say."""
+    return RolloutSimulation(pool, trajectories, changes).run()
 
 
 def sample_trajectories(
