@@ -17,17 +17,18 @@ interference it is a quadratic with one positive root. θ = (B − n)/n is an ou
   u_p = t_p(c)·B·ΔL/(N·C) is the share of a worker's time spent on prefill;
 - **shared KV bandwidth**: transfers share BW as a processor-sharing link: one turn's transfer takes
   x = ΔL·K/(BW·(1 − u_x)), u_x = B·ΔL·K/(C·BW) its utilisation;
-- **makespan = max(throughput bound, critical path)**: the critical path is S·C for the slowest trajectory;
+- **makespan = max(throughput bound, critical path)**: the critical path is the slowest trajectory's;
   the throughput bounds are each pool's total work over its capacity (PEARL's pool formulas with θ = 0);
 - **the first-turn burst**: every trajectory starts by prefilling its whole prompt (``Workload.prompt_tokens``)
   at once; the pool clears that burst, B·P₀·t_p/E_P, before the cycle settles — on agentic batches it is
   often the largest single prefill load (1,024 tau-bench prompts of ~1,300 tokens against 151 appended per
   turn), and PEARL's per-turn ΔL leaves it out;
-- **the slowest trajectory, not the mean one**: the batch ends when its last trajectory does. Trajectory i
-  starts after a share of the burst (uniform over [0, burst]) and spends S environment calls of spread σ
-  (``Workload.env_time_std_s``); the makespan's critical path is S·C plus the *characteristic largest* of B
-  such delays, the t with B·P(start + env deviation > t) = 1 — σ·√S·Φ⁻¹(1 − 1/B) without a burst, the burst
-  itself without spread.
+- **the slowest trajectory, not the mean one**: the batch ends when its last trajectory does, and its last
+  turn makes no environment call. Trajectory i starts after a share of the burst (uniform over [0, burst])
+  and spends S − 1 environment calls of spread σ
+  (``Workload.env_time_std_s``); the makespan's critical path is S·C − T_e plus the *characteristic largest*
+  of B such delays, the t with B·P(start + env deviation > t) = 1 — σ·√(S−1)·Φ⁻¹(1 − 1/B) without a burst,
+  the burst itself without spread.
 
 With no environment time, no transfer, constant t_p and T_over = 0, the colocated prediction equals PEARL's
 colocated formula and the disaggregated decode bound equals PEARL's T_dec at θ = 0 (``tests`` check both).
@@ -214,7 +215,13 @@ class ImprovedMakespanModel:
         env = terms.environment_s
         prefill_capacity = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.prefill
         burst = b * workload.prompt_tokens * self._prefill_per_token_s(workload) / prefill_capacity
-        critical = s * cycle.cycle_s + slowest_delay_s(burst, workload.env_time_std_s * math.sqrt(s), b)
+        # The last turn ends the trajectory: S turns make S − 1 environment calls on the critical path.
+        calls = max(s - 1.0, 0.0)
+        critical = (
+            s * cycle.cycle_s
+            - workload.env_time_per_turn_s
+            + slowest_delay_s(burst, workload.env_time_std_s * math.sqrt(calls), b)
+        )
         if capacity.mode is Mode.COLOCATED:
             throughput = s * (
                 b * (workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)) / capacity.colocated
