@@ -1,7 +1,8 @@
 """The ``pearl-sched`` command line.
 
 ``pearl-sched plan REQUEST.json`` prints the plan (a readable summary, or ``--json``);
-``pearl-sched schema`` prints the JSON schemas of the input and output documents.
+``pearl-sched schema`` prints the JSON schemas of the input and output documents;
+``pearl-sched demo`` runs the end-to-end simulated comparison, ``pearl-sched simulate SCENARIO`` any scenario.
 Errors in the input are reported in one clear message with exit code 2; an infeasible budget exits 3.
 """
 
@@ -205,6 +206,111 @@ def fit_command(
 
         for written in plot_fits(models, dataset, plot):
             console.print(f"wrote {written}")
+
+
+DEMO_POLICIES = ("roll", "roll-large", "rlboost+", "pearl", "pearl_sched")
+
+
+def _run_simulation(
+    scenario_name: str, policies: list[str] | None, data: Path | None, out: Path, processes: int, plots: bool
+) -> None:
+    import os
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pearl_sched.sim.baselines import POLICIES
+    from pearl_sched.sim.experiment import default_data, run_scenario
+    from pearl_sched.sim.scenario import ScenarioError, load_scenario
+    from pearl_sched.sim.workload import WorkloadDataError
+
+    try:
+        base = load_scenario(scenario_name)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    chosen = policies or list(base.policies) or list(POLICIES)
+    unknown = [p for p in chosen if p not in POLICIES]
+    if unknown:
+        _fail(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    data = data or default_data()
+    if not (data / "aiconfigurator-sglang").is_dir():
+        _fail(f"{data} has no aiconfigurator-sglang/: pass --data or set PEARL_SCHED_DATA to the shared data")
+    processes = processes or min(2, os.cpu_count() or 1)
+    for scenario in base.expand():
+        jobs = len(chosen) * len(scenario.segments)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=errors, transient=True) as progress:
+            task = progress.add_task(f"simulating {scenario.name}", total=jobs)
+
+            def done(policy: str, segment: str, task: Any = task, name: str = scenario.name) -> None:
+                progress.update(task, advance=1, description=f"{name}: {policy} {segment} done")
+
+            try:
+                report = run_scenario(scenario, chosen, data, processes=processes, on_done=done)
+            except (ScenarioError, WorkloadDataError) as exc:
+                _fail(str(exc))
+        _print_report(report)
+        target = out / scenario.name.replace("/", "-")
+        report.write(target / "report.json")
+        console.print(f"wrote {target / 'report.json'}")
+        if plots:
+            from pearl_sched.sim.plots import plot_report
+
+            for path in plot_report(report, target):
+                console.print(f"wrote {path}")
+
+
+def _print_report(report: Any) -> None:
+    segments = [s.name for s in report.scenario.segments]
+    table = Table(
+        title=f"{report.scenario.name}: step throughput, k tokens/s ({report.wall_s:.0f} s wall)", show_edge=False
+    )
+    for column in ("policy", *segments, "end to end", "vs ROLL", "vs PEARL", "vs oracle", "steps", "carried"):
+        table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
+
+    def ratio(x: float | None) -> str:
+        return f"{x:.2f}×" if x is not None else "-"
+
+    for row in report.rows():
+        table.add_row(
+            row["policy"],
+            *(f"{row[s] / 1e3:.1f}" for s in segments),
+            f"{row['end_to_end'] / 1e3:.1f}",
+            ratio(row["vs_roll"]),
+            ratio(row["vs_pearl"]),
+            ratio(row["vs_oracle"]),
+            str(row["steps"]),
+            str(row["carried_over"]),
+        )
+    console.print(table, width=max(console.width, 130))
+
+
+@app.command("simulate")
+def simulate_command(
+    scenario: Annotated[str, typer.Argument(help="A shipped scenario name (e2e, ablation, ...) or a JSON file")],
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="Policy to run (repeat); default: the scenario's")
+    ] = None,
+    data: Annotated[Path | None, typer.Option(help="The shared data directory (profiles, traces)")] = None,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Directory for report.json and plots")] = Path(
+        "pearl-sched-runs"
+    ),
+    processes: Annotated[int, typer.Option(help="Parallel simulations (0: up to 2)")] = 0,
+    plots: Annotated[bool, typer.Option(help="Write PNG plots")] = True,
+) -> None:
+    """Simulate a scenario under several policies on real profiles; print the table, write a report and plots."""
+    _run_simulation(scenario, policy, data, out, processes, plots)
+
+
+@app.command("demo")
+def demo_command(
+    data: Annotated[Path | None, typer.Option(help="The shared data directory (profiles, traces)")] = None,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Directory for report.json and plots")] = Path(
+        "pearl-sched-demo"
+    ),
+    processes: Annotated[int, typer.Option(help="Parallel simulations (0: up to 2)")] = 0,
+) -> None:
+    """The end-to-end comparison (PEARL §6 setting) of ROLL, ROLL-Large, RLBoost+, PEARL and pearl_sched."""
+    _run_simulation("e2e", list(DEMO_POLICIES), data, out, processes, True)
 
 
 @app.command("schema")

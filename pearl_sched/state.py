@@ -212,9 +212,8 @@ class ClusterState(Frozen):
         roles = Counter(w.rollout_role for w in self.workers if w.rollout_role is not None)
         if (roles[Role.PREFILL] or roles[Role.DECODE]) and roles[Role.COLOCATED]:
             raise ValueError("state mixes colocated and disaggregated workers: no hybrid configurations")
-        if (roles[Role.PREFILL] == 0) != (roles[Role.DECODE] == 0):
-            missing = "prefill" if roles[Role.PREFILL] == 0 else "decode"
-            raise ValueError(f"disaggregated state has no {missing} worker")
+        # A disaggregated cluster may have lost every worker of one role (preemption took them): that is a
+        # state to observe and repair, not an invalid one; plan() always targets at least one of each.
         return self
 
     def gpu_index(self) -> dict[str, GPU]:

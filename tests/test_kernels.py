@@ -101,3 +101,18 @@ def test_pearl_parameters_from_a_composition(bf16: KernelTables) -> None:
     assert kv == pytest.approx(2 * 141 * 2**30 * 0.85 - 8.19e9 * 2, rel=0.01)
     with pytest.raises(ValueError, match="does not fit"):
         kv_capacity_bytes(shipped_config("qwen3-32b"), 1, 40 * 2**30)
+
+
+def test_log_grid_matches_scipy_multilinear_interpolation_and_extrapolation() -> None:
+    from scipy.interpolate import RegularGridInterpolator
+
+    from pearl_sched.profiles.kernels import _LogGrid
+
+    rng = np.random.default_rng(3)
+    axes = [np.array([1.0, 4.0, 16.0, 256.0]), np.array([2.0, 8.0, 64.0]), np.array([1.0, 1e3])]
+    values = np.exp(rng.normal(size=(4, 3, 2)))
+    reference = RegularGridInterpolator([np.log(a) for a in axes], np.log(values), bounds_error=False, fill_value=None)
+    grid = _LogGrid(axes, values)
+    for point in rng.uniform([0.5, 1.0, 0.5], [600.0, 100.0, 3e3], size=(200, 3)):
+        expected = float(np.exp(reference(np.log(point))[0]))
+        assert grid(*point) == pytest.approx(expected, rel=1e-9)

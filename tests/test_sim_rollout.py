@@ -175,8 +175,11 @@ def test_pool_changes_are_validated() -> None:
 
     one = TrajectorySpec((Turn(100, 10, 0.0),))
     pool = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1)
-    with pytest.raises(ValueError, match="leaves no prefill or no decode worker"):
+    with pytest.raises(ValueError, match="cannot finish: the pool was left with no decode worker"):
         simulate_batch(pool, [one], [PoolChange(at_s=0.15, remove_decode=(0,))])
+    # A worker that leaves and is replaced later only delays the batch: the turn waits for the new one.
+    gap = [PoolChange(at_s=0.15, remove_decode=(0,)), PoolChange(at_s=1.0, add_decode=1)]
+    assert simulate_batch(pool, [one], gap).finished == 1
     with pytest.raises(ValueError, match="changes by prefill and decode workers only"):
         simulate_batch(pool, [one], [PoolChange(at_s=0.15, add_colocated=1)])
     twice = [PoolChange(at_s=0.15, add_decode=1, remove_decode=(0,)), PoolChange(at_s=0.2, remove_decode=(0,))]

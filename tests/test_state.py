@@ -8,11 +8,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from pearl_sched import GPU, Budget, ClusterState, Role, Status, Worker, Workload, Zone
+from pearl_sched import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone, plan
 from pearl_sched.plans import Plan
 from pearl_sched.request import PlanRequest
 
-from .builders import Slot, state, workload
+from .builders import MODEL, Slot, state, workload
 
 
 def _with(base: ClusterState, **changes: object) -> dict[str, object]:
@@ -46,9 +46,12 @@ def test_tp_group_across_nodes_is_rejected_unless_allowed() -> None:
     assert ClusterState.model_validate(data).workers[0].tp == 2
 
 
-def test_disaggregated_state_without_decode_is_rejected() -> None:
-    with pytest.raises(ValidationError, match="disaggregated state has no decode worker"):
-        state([Slot(role=Role.PREFILL), Slot()])
+def test_disaggregated_state_that_lost_every_decode_worker_is_repaired_by_plan() -> None:
+    # Preemption can take every decode worker: the state is observable, and plan() restores one.
+    s = state([Slot(role=Role.PREFILL)] * 2 + [Slot()] * 14)
+    assert s.mode is Mode.DISAGGREGATED
+    result = plan(s, MODEL)
+    assert result.colocated_workers > 0 or (result.prefill_workers >= 1 and result.decode_workers >= 1)
 
 
 def test_hybrid_state_is_rejected() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -205,6 +206,8 @@ class RolloutSimulation:
         self.prefilled = 0
         self.handled = 0
         self.changes = list(changes)
+        self._started = False
+        self.parked: list[_Job] = []  # prefill jobs waiting for a prefill worker to join
         for i, change in enumerate(self.changes):
             self._push(change.at_s, _Kind.POOL_CHANGE, i)
 
@@ -213,9 +216,23 @@ class RolloutSimulation:
         heapq.heappush(self.events, (at, next(self._seq), kind, who, version))
 
     def run(self) -> BatchResult:
-        for t in self.trajectories:
-            self._enqueue_prefill(t.index)
-        while self.events:
+        """Run the batch to completion."""
+        self.run_until(math.inf)
+        if self.unfinished:
+            alive = self.alive()
+            missing = "prefill" if not alive[0] else "decode"
+            raise ValueError(
+                f"{self.unfinished} trajectories cannot finish: the pool was left with no {missing} worker"
+            )
+        return self.result()
+
+    def run_until(self, t_s: float) -> bool:
+        """Handle every event up to ``t_s``; True while the batch still has work (the clock stops at ``t_s``)."""
+        if not self._started:
+            self._started = True
+            for t in self.trajectories:
+                self._enqueue_prefill(t.index)
+        while self.events and self.events[0][0] <= t_s:
             at, _, kind, who, version = heapq.heappop(self.events)
             self.now = at
             self.handled += 1
@@ -231,6 +248,32 @@ class RolloutSimulation:
                 self._change(self.changes[who])
             else:
                 self._enqueue_prefill(who)
+        if len(self.finish_times) < len(self.trajectories) and math.isfinite(t_s):
+            self.now = max(self.now, t_s)
+            return True
+        return len(self.finish_times) < len(self.trajectories)
+
+    def apply(self, change: PoolChange) -> None:
+        """Apply a pool change now (the clock is where :meth:`run_until` left it)."""
+        self._change(change)
+
+    @property
+    def unfinished(self) -> int:
+        """Trajectories not finished yet."""
+        return len(self.trajectories) - len(self.finish_times)
+
+    def alive(self) -> tuple[list[int], list[int]]:
+        """Indices of the prefill-side and decode-side workers still in the pool."""
+        return (
+            [w for w, p in enumerate(self.prefillers) if p.alive],
+            [w for w, d in enumerate(self.decoders) if d.alive],
+        )
+
+    def result(self) -> BatchResult:
+        """What happened so far (the whole batch once :meth:`run_until` returned False)."""
+        for d in self.decoders:
+            if d.alive:
+                d.advance(self.now)
         return BatchResult(
             makespan_s=max(self.finish_times, default=0.0),
             finished=len(self.finish_times),
@@ -250,7 +293,13 @@ class RolloutSimulation:
 
     def _queue_job(self, job: _Job) -> None:
         alive = [w for w, p in enumerate(self.prefillers) if p.alive]
-        worker = min(alive, key=lambda w: (self.prefillers[w].load_tokens, w))
+        if not alive:  # every prefill worker left: wait for one to join
+            self.parked.append(job)
+            return
+        if self.pool.mode is Mode.COLOCATED:  # the router balances running requests; prefill follows
+            worker = min(alive, key=lambda w: (len(self.decoders[w].active) + len(self.prefillers[w].queue), w))
+        else:
+            worker = min(alive, key=lambda w: (self.prefillers[w].load_tokens, w))
         p = self.prefillers[worker]
         p.queue.append(job)
         p.load_tokens += job[1]
@@ -312,7 +361,8 @@ class RolloutSimulation:
         t = self.trajectories[index]
         need = t.context + self._to_generate(t)
         room = [w for w, d in enumerate(self.decoders) if d.alive and d.kv_used + need <= d.kv_capacity]
-        if not room and all(not d.active for d in self.decoders if d.alive):
+        alive = [d for d in self.decoders if d.alive]
+        if not room and alive and all(not d.active for d in alive):
             raise ValueError(f"trajectory {index} needs {need} KV tokens, more than a decode worker holds")
         return min(room, key=lambda w: (len(self.decoders[w].active), w)) if room else None
 
@@ -392,8 +442,8 @@ class RolloutSimulation:
             jobs.extend(self._remove_decoder(w))
         for w in (*change.remove_prefill, *change.remove_colocated):
             jobs.extend(self._remove_prefiller(w))
-        if not any(p.alive for p in self.prefillers) or not any(d.alive for d in self.decoders):
-            raise ValueError(f"the change at {change.at_s} s leaves no prefill or no decode worker")
+        jobs.extend(self.parked)
+        self.parked = []
         for job in jobs:
             self._queue_job(job)
         for w, p in enumerate(self.prefillers):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from pydantic import Field, ValidationError
 
 from pearl_sched.errors import PearlSchedError
@@ -30,6 +32,9 @@ class Segment(Frozen):
     trace_start_s: NonNegFloat
     duration_s: PosFloat
     target_mean_rollout_gpus: NonNegFloat = Field(description="Dedicated + preemptible rollout GPUs, on average")
+    fixed_rollout_gpus: int | None = Field(
+        default=None, ge=0, description="Hold this many rollout GPUs throughout instead of following the trace"
+    )
 
 
 class Scenario(Frozen):
@@ -47,7 +52,23 @@ class Scenario(Frozen):
     group_size: int = Field(gt=0)
     max_length_tokens: int = Field(gt=0)
     staleness: int = Field(default=1, ge=0)
-    trajectories: str = Field(description="Where turns come from: 'tau-bench' (../shared/data/agentic)")
+    trajectories: str = Field(
+        description="Where turns come from (../shared/data/agentic): 'tau-bench' or 'tau-bench+mooncake-outputs'"
+    )
+    output_scale: float = Field(
+        default=1.0,
+        gt=0,
+        description="Multiplier on logged output lengths per turn (an assumption the description must justify)",
+    )
+    training_mfu: float = Field(
+        default=0.35, gt=0, le=1, description="Model-FLOPs utilisation of a training step (an assumption)"
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the batches: every policy sees the same work")
+    cost_scale: float = Field(default=1.0, gt=0, description="Multiplier on every reconfiguration cost")
+    policies: tuple[str, ...] = Field(default=(), description="Policies to compare (empty: all)")
+    variants: tuple[dict[str, Any], ...] = Field(
+        default=(), description="Runs of this scenario with fields overridden, each with a 'name'"
+    )
     env_mean_s: NonNegFloat
     env_std_s: NonNegFloat
     availability_trace: str = Field(description="Path under ../shared/data")
@@ -58,8 +79,30 @@ class Scenario(Frozen):
     def trajectories_per_step(self) -> int:
         return self.batch_prompts * self.group_size
 
+    def expand(self) -> list[Scenario]:
+        """This scenario, or one scenario per variant (``name`` suffixed, fields overridden)."""
+        if not self.variants:
+            return [self]
+        out = []
+        for variant in self.variants:
+            fields = dict(variant)
+            name = fields.pop("name", None)
+            if not name:
+                raise ScenarioError(f"scenario {self.name}: every variant needs a name")
+            data = {**self.model_dump(), **fields, "name": f"{self.name}/{name}", "variants": ()}
+            try:
+                out.append(Scenario.model_validate(data))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ScenarioError(f"scenario {self.name}, variant {name}: {where}: {first['msg']}") from None
+        return out
+
     def availability(self, segment: Segment, data: Path) -> tuple[AvailabilityTrace, float]:
         """Rollout GPUs over the segment (dedicated plus scaled preemptible) and the scaling factor used."""
+        if segment.fixed_rollout_gpus is not None:
+            count = np.array([float(segment.fixed_rollout_gpus)])
+            return AvailabilityTrace(np.zeros(1), count, segment.duration_s), 0.0
         trace = AvailabilityTrace.from_bamboo(data / self.availability_trace)
         window = trace.window(segment.trace_start_s, segment.duration_s)
         target = segment.target_mean_rollout_gpus - self.dedicated_rollout_gpus

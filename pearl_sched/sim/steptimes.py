@@ -65,7 +65,8 @@ class ComposedStepTimes:
     def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
         if new_tokens <= 0:
             return 0.0
-        return self._prefill(self._snap(new_tokens / sequences), sequences, self._snap(cached_tokens))
+        batch = int(self._snap(sequences))
+        return self._prefill(self._snap(new_tokens / sequences), batch, self._snap(cached_tokens)) * sequences / batch
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
-        return self._decode(batch, self._snap(max(context_tokens, 1.0)))
+        return self._decode(batch, self._snap(max(context_tokens, 1.0)))  # batch exact: the iteration's size

@@ -1,0 +1,280 @@
+"""The elastic control loop and the adapter interfaces it drives (DESIGN.md §6–7).
+
+One loop runs against any cluster that implements :class:`ClusterAdapter` — the simulator
+(:class:`pearl_sched.sim.cluster.SimCluster`) or SGLang behind its gateway
+(:class:`pearl_sched.adapters.sglang.SGLangCluster`) — and cannot tell them apart. On every event (a step
+boundary, training begin or finish, a GPU joining or leaving, a periodic tick) it observes the cluster, asks a
+:class:`Decider` for a target, applies it, and records what it decided and why.
+
+A decider is the policy: :class:`PlannerDecider` wraps :func:`pearl_sched.plan` (pearl_sched and the
+PEARL-faithful policy); the simulator's baselines implement the same protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.makespan import MakespanModel
+from pearl_sched.planner import plan
+from pearl_sched.plans import Plan
+from pearl_sched.state import ClusterState, Mode, Role
+
+logger = logging.getLogger(__name__)
+
+
+class EventKind(StrEnum):
+    """What woke the loop."""
+
+    STEP_BOUNDARY = "step_boundary"
+    TRAINING_BEGIN = "training_begin"
+    TRAINING_FINISHED = "training_finished"
+    GPU_JOIN = "gpu_join"
+    GPU_LEAVE = "gpu_leave"
+    TICK = "tick"
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event at ``at_s`` seconds on the cluster's clock."""
+
+    kind: EventKind
+    at_s: float
+    detail: str = ""
+
+
+@runtime_checkable
+class Target(Protocol):
+    """A target configuration: the whole-cluster mode and each slot's rollout role. :class:`Plan` is one."""
+
+    @property
+    def mode(self) -> Mode: ...
+
+    def roles(self) -> dict[str, Role | None]: ...
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A target built by hand (baselines, tests): the mode and slot id → rollout role."""
+
+    mode: Mode
+    role_map: Mapping[str, Role | None]
+
+    def roles(self) -> dict[str, Role | None]:
+        return dict(self.role_map)
+
+    @property
+    def ratio(self) -> str:
+        counts = {r: sum(1 for v in self.role_map.values() if v is r) for r in (Role.PREFILL, Role.DECODE)}
+        if self.mode is Mode.COLOCATED:
+            return f"{sum(1 for v in self.role_map.values() if v is Role.COLOCATED)}C"
+        return f"{counts[Role.PREFILL]}P{counts[Role.DECODE]}D"
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What applying a target did: slots changed, seconds of capacity lost to the transition, anything put off."""
+
+    changed: tuple[str, ...] = ()
+    seconds_lost: float = 0.0
+    deferred: str = ""
+
+
+@runtime_checkable
+class ClusterAdapter(Protocol):
+    """A rollout cluster the control loop can observe and reconfigure."""
+
+    def observe(self) -> ClusterState:
+        """The cluster now: GPUs (with availability and reclaim times), worker slots, workload, budget."""
+        ...
+
+    def apply(self, target: Target) -> ApplyReport:
+        """Move towards ``target``; returns what changed. Must be safe to call with the current configuration."""
+        ...
+
+    def telemetry(self) -> Mapping[str, float]:
+        """Measured figures since the last call (e.g. ``makespan_s``, ``bubble_ratio``, ``tokens``)."""
+        ...
+
+
+@runtime_checkable
+class TrainerAdapter(Protocol):
+    """The trainer side: its GPUs are lent to rollout while it is idle and reclaimed before it trains."""
+
+    def weight_version(self) -> int:
+        """The version of the newest published weights."""
+        ...
+
+    def lend(self, gpu_ids: Sequence[str]) -> None:
+        """Release these GPUs to rollout (free device memory; the trainer must not touch them)."""
+        ...
+
+    def reclaim(self, gpu_ids: Sequence[str], deadline_s: float) -> None:
+        """Take these GPUs back, ready to train, within ``deadline_s`` seconds."""
+        ...
+
+    def publish_weights(self) -> str:
+        """Publish the current weights for rollout workers; returns where (a path or a group name)."""
+        ...
+
+
+class Decider(Protocol):
+    """A policy: from an event and the observed state to a target, or None to keep the configuration."""
+
+    name: str
+
+    def decide(self, event: Event, state: ClusterState) -> Target | None: ...
+
+
+class PlannerDecider:
+    """A decider that calls :func:`pearl_sched.plan` with a makespan model, a backend and the policies.
+
+    An infeasible state keeps the current configuration and records why (the loop never crashes on it);
+    any other error propagates.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: MakespanModel,
+        *,
+        backend: str = "auto",
+        costs: TransitionCosts | None = None,
+        policy: PolicyConfig | None = None,
+        planning_costs: TransitionCosts | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.backend = backend
+        self.costs = costs or TransitionCosts()
+        self.planning_costs = planning_costs or self.costs  # what the planner believes the costs are
+        self.policy = policy or PolicyConfig()
+        self.current: Plan | None = None
+        self.last_error: str = ""
+
+    def decide(self, event: Event, state: ClusterState) -> Plan | None:
+        try:
+            result = plan(
+                state,
+                self.model,
+                current=self.current,
+                costs=self.planning_costs,
+                policy=self.policy,
+                backend=self.backend,
+            )
+        except InfeasiblePlanError as exc:
+            self.last_error = str(exc)
+            logger.info("%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc)
+            return None
+        self.current = result
+        return result
+
+
+@dataclass(frozen=True)
+class Record:
+    """One turn of the loop."""
+
+    event: Event
+    ratio: str
+    mode: str
+    predicted_makespan_s: float | None
+    changed: int
+    seconds_lost: float
+    reason: str
+    deferred: str = ""
+
+
+class LoopMetrics:
+    """The loop's decisions as Prometheus metrics, in a registry of its own (``prometheus_client`` needed)."""
+
+    def __init__(self, registry: Any | None = None) -> None:
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge
+        except ImportError as exc:  # pragma: no cover - the sglang extra installs it
+            raise ImportError("LoopMetrics needs prometheus-client: pip install 'pearl-sched[sglang]'") from exc
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.disaggregated = Gauge("pearl_sched_disaggregated", "1 when the plan is disaggregated", registry=r)
+        self.workers = Gauge("pearl_sched_workers", "Workers by role in the plan", ["role"], registry=r)
+        self.predicted = Gauge("pearl_sched_predicted_makespan_seconds", "Predicted batch makespan", registry=r)
+        self.observed = Gauge("pearl_sched_observed_makespan_seconds", "Last measured batch makespan", registry=r)
+        self.transitions = Counter("pearl_sched_transitions", "Slots changed by applied plans", registry=r)
+        self.lost = Counter("pearl_sched_seconds_lost", "Worker-seconds of capacity lost to transitions", registry=r)
+        self.decisions = Counter("pearl_sched_decisions", "Loop turns by event", ["event"], registry=r)
+
+    def record(self, record: Record, target: Target | None) -> None:
+        self.decisions.labels(event=record.event.kind.value).inc()
+        if target is not None:
+            roles = target.roles()
+            self.disaggregated.set(1.0 if target.mode is Mode.DISAGGREGATED else 0.0)
+            for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
+                self.workers.labels(role=role.value).set(sum(1 for v in roles.values() if v is role))
+        if record.predicted_makespan_s is not None:
+            self.predicted.set(record.predicted_makespan_s)
+        self.transitions.inc(record.changed)
+        self.lost.inc(record.seconds_lost)
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus text format (what a ``/metrics`` endpoint serves)."""
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)
+
+
+@dataclass
+class ControlLoop:
+    """observe → decide → apply → record, on every event."""
+
+    cluster: ClusterAdapter
+    decider: Decider
+    metrics: LoopMetrics | None = None
+    on_record: Callable[[Record], None] | None = None
+    records: list[Record] = field(default_factory=list)
+
+    def handle(self, event: Event) -> Record:
+        state = self.cluster.observe()
+        target = self.decider.decide(event, state)
+        report = ApplyReport()
+        if target is not None:
+            report = self.cluster.apply(target)
+        predicted = target.makespan.total_s if isinstance(target, Plan) else None
+        if isinstance(target, Plan):
+            reason = target.decision.reason
+        elif target is None:
+            reason = getattr(self.decider, "last_error", "") or "kept"
+        else:
+            reason = getattr(self.decider, "reason", "")
+        record = Record(
+            event=event,
+            ratio=_ratio(target),
+            mode=target.mode.value if target is not None else "",
+            predicted_makespan_s=predicted if predicted is None or math.isfinite(predicted) else None,
+            changed=len(report.changed),
+            seconds_lost=report.seconds_lost,
+            reason=reason,
+            deferred=report.deferred,
+        )
+        self.records.append(record)
+        if self.metrics is not None:
+            self.metrics.record(record, target)
+        if self.on_record is not None:
+            self.on_record(record)
+        return record
+
+    def observed_makespan(self, seconds: float) -> None:
+        """Report a measured batch makespan (exported next to the prediction)."""
+        if self.metrics is not None and math.isfinite(seconds):
+            self.metrics.observed.set(seconds)
+
+
+def _ratio(target: Target | None) -> str:
+    if target is None:
+        return ""
+    ratio = getattr(target, "ratio", None)
+    return str(ratio) if ratio is not None else ""

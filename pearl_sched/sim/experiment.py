@@ -1,0 +1,198 @@
+"""Run a scenario's segments under several policies and compare them (``pearl-sched simulate`` and ``demo``).
+
+Each (policy, segment) pair is an independent simulation, so they run in parallel processes. The report has
+each policy's step throughput per segment and end to end — Σ (generated + training tokens) / Σ step time —
+and its ratio to ROLL, to PEARL-faithful and to the hindsight oracle when those ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.sim.availability import AvailabilityTrace
+from pearl_sched.sim.baselines import POLICIES, fixed_pool_gpus
+from pearl_sched.sim.cluster import SegmentResult, run_segment
+from pearl_sched.sim.scenario import Scenario, ScenarioError
+from pearl_sched.sim.setting import Setting
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def default_data() -> Path:
+    """``$PEARL_SCHED_DATA``, else ``../shared/data`` next to the checkout."""
+    return Path(os.environ.get("PEARL_SCHED_DATA", DEFAULT_DATA))
+
+
+def costs_for(scenario: Scenario) -> TransitionCosts:
+    """PEARL Table 3 for the scenario's model (Qwen3-8B's for others), scaled by ``cost_scale``."""
+    model = scenario.model if scenario.model in ("qwen3-8b", "qwen3-30b-a3b") else "qwen3-8b"
+    base = TransitionCosts.pearl_table3(model)  # type: ignore[arg-type]
+    if scenario.cost_scale == 1.0:
+        return base
+    data = {k: v * scenario.cost_scale for k, v in base.model_dump().items() if k != "volatile_decode_s"}
+    return base.model_copy(update=data)
+
+
+@dataclass
+class PolicyRun:
+    """One policy over every segment of a scenario."""
+
+    scenario: str
+    policy: str
+    segments: list[SegmentResult] = field(default_factory=list)
+
+    @property
+    def throughput_tok_s(self) -> float:
+        time = sum(s.step_time_s for seg in self.segments for s in seg.steps)
+        tokens = sum(s.generated_tokens + s.training_tokens for seg in self.segments for s in seg.steps)
+        return tokens / time if time > 0 else 0.0
+
+
+@dataclass
+class Report:
+    """Every policy's runs of one scenario."""
+
+    scenario: Scenario
+    runs: dict[str, PolicyRun]
+    wall_s: float = 0.0
+
+    def ratio(self, policy: str, baseline: str, segment: str | None = None) -> float | None:
+        if policy not in self.runs or baseline not in self.runs:
+            return None
+        a, b = self.runs[policy], self.runs[baseline]
+        if segment is None:
+            x, y = a.throughput_tok_s, b.throughput_tok_s
+        else:
+            x = next(s.throughput_tok_s for s in a.segments if s.segment == segment)
+            y = next(s.throughput_tok_s for s in b.segments if s.segment == segment)
+        return x / y if y > 0 else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per policy: throughput per segment and end to end, and the ratios."""
+        out = []
+        for name, run in self.runs.items():
+            row: dict[str, Any] = {"policy": name}
+            for seg in run.segments:
+                row[seg.segment] = seg.throughput_tok_s
+            row["end_to_end"] = run.throughput_tok_s
+            for base in ("roll", "pearl", "oracle"):
+                row[f"vs_{base}"] = self.ratio(name, base)
+            row["steps"] = sum(len(seg.steps) for seg in run.segments)
+            row["carried_over"] = sum(seg.carried_over for seg in run.segments)
+            out.append(row)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario.model_dump(mode="json"),
+            "wall_s": self.wall_s,
+            "summary": self.rows(),
+            "runs": {
+                name: [
+                    {
+                        **{k: v for k, v in asdict(seg).items() if k not in ("steps", "timeline")},
+                        "throughput_tok_s": seg.throughput_tok_s,
+                        "steps": [{**asdict(s), "throughput_tok_s": s.throughput_tok_s} for s in seg.steps],
+                        "timeline": seg.timeline,
+                    }
+                    for seg in run.segments
+                ]
+                for name, run in self.runs.items()
+            },
+        }
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+
+def _job(scenario_json: str, policy: str, segment_index: int, data: str, tick_s: float) -> SegmentResult:
+    scenario = Scenario.model_validate_json(scenario_json)
+    return run_policy_segment(scenario, policy, segment_index, Path(data), tick_s=tick_s)
+
+
+_SETTINGS: dict[str, Setting] = {}
+
+
+def setting_for(scenario: Scenario, data: Path) -> Setting:
+    """The scenario's :class:`Setting`, built once per process."""
+    key = scenario.model_dump_json() + str(data)
+    if key not in _SETTINGS:
+        _SETTINGS[key] = Setting.load(scenario, data)
+    return _SETTINGS[key]
+
+
+def run_policy_segment(
+    scenario: Scenario, policy: str, segment_index: int, data: Path, *, tick_s: float = 60.0
+) -> SegmentResult:
+    """One policy over one segment."""
+    if policy not in POLICIES:
+        raise ScenarioError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    spec = POLICIES[policy]
+    setting = setting_for(scenario, data)
+    segment = scenario.segments[segment_index]
+    trace, factor = scenario.availability(segment, data)
+    fixed = fixed_pool_gpus(spec, scenario.dedicated_rollout_gpus, trace.mean(), scenario.tp)
+    if fixed is not None:
+        trace = AvailabilityTrace(np.zeros(1), np.array([float(fixed)]), trace.end_s)
+    costs = costs_for(scenario)
+    config = PolicyConfig()
+    return run_segment(
+        setting,
+        trace,
+        spec.build(setting, costs, config),
+        costs=costs,
+        policy=config,
+        segment=segment.name,
+        scaling_factor=factor,
+        tick_s=tick_s,
+        allow_borrow=spec.allow_borrow,
+        dedicated_gpus=fixed,
+        preemptible_gpus=0 if fixed is not None else None,
+    )
+
+
+def run_scenario(
+    scenario: Scenario,
+    policies: Sequence[str],
+    data: Path,
+    *,
+    processes: int = 1,
+    tick_s: float = 60.0,
+    on_done: Callable[[str, str], None] | None = None,
+) -> Report:
+    """Every policy over every segment; ``processes`` > 1 runs pairs in parallel."""
+    import time
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ScenarioError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    start = time.perf_counter()
+    setting_for(scenario, data)  # fail early on bad data, before spawning
+    jobs = [(p, i) for p in policies for i in range(len(scenario.segments))]
+    results: dict[tuple[str, int], SegmentResult] = {}
+    if processes <= 1:
+        for p, i in jobs:
+            results[(p, i)] = run_policy_segment(scenario, p, i, data, tick_s=tick_s)
+            if on_done is not None:
+                on_done(p, scenario.segments[i].name)
+    else:
+        text = scenario.model_dump_json()
+        with ProcessPoolExecutor(max_workers=processes) as pool:
+            futures = {pool.submit(_job, text, p, i, str(data), tick_s): (p, i) for p, i in jobs}
+            for future in as_completed(futures):
+                p, i = futures[future]
+                results[(p, i)] = future.result()
+                if on_done is not None:
+                    on_done(p, scenario.segments[i].name)
+    runs = {p: PolicyRun(scenario.name, p, [results[(p, i)] for i in range(len(scenario.segments))]) for p in policies}
+    return Report(scenario, runs, time.perf_counter() - start)

@@ -1,0 +1,176 @@
+"""Everything a scenario's simulation needs, built once from the scenario file and ``../shared/data``.
+
+* Worker step times: the scenario's model composed from aiconfigurator's SGLang kernel tables for its GPU and
+  TP (``profiles.kernels``); KV capacity from the GPU's memory (the system file's ``mem_capacity``) less the
+  weights; the P→D link from its ``inter_node_bw`` (per GPU, one direction).
+* The predictors' parameters: PEARL's device parameters fitted to the same step times around the batch's
+  operating point (``profiles.to_pearl.fit_device``), used by PEARL's model and by the improved one.
+* Training step time: ``training_flops_per_token × parameters × tokens / (GPUs × peak × MFU)`` — forward and
+  backward (6) plus the old-policy log-prob recompute (2) per parameter per token, on the scenario's training
+  GPUs at the scenario's model-FLOPs utilisation (an assumption the scenario file states).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pearl_sched.makespan import MakespanModel, PearlMakespanModel, PearlParams
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
+from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
+from pearl_sched.profiles.model_config import ModelConfig
+from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
+from pearl_sched.sim.rollout import Pool, TrajectorySpec
+from pearl_sched.sim.scenario import Scenario, ScenarioError
+from pearl_sched.sim.steptimes import ComposedStepTimes
+from pearl_sched.sim.workload import AgenticTurns, BatchStats, batch_stats
+from pearl_sched.state import Mode, Workload
+
+TRAINING_FLOPS_PER_PARAM_TOKEN = 8.0
+"""Forward + backward (6) and the old-policy log-prob pass (2), per parameter per token."""
+
+
+def read_system(path: Path) -> dict[str, float]:
+    """The numeric ``key: value`` lines of an aiconfigurator system file (no YAML parser needed)."""
+    values: dict[str, float] = {}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read the GPU system file: {exc.strerror or exc}") from exc
+    for match in re.finditer(r"^\s*(\w+):\s*([0-9.eE+-]+)\s*(?:#.*)?$", text, re.MULTILINE):
+        try:
+            values[match.group(1)] = float(match.group(2))
+        except ValueError:
+            continue
+    return values
+
+
+@dataclass(eq=False)  # identity hash: batches are memoised per setting
+class Setting:
+    """A scenario made concrete: step times, capacities, predictors, batches and the trainer."""
+
+    scenario: Scenario
+    config: ModelConfig
+    steps: ComposedStepTimes
+    kv_bytes_per_token: int
+    kv_capacity_bytes: float
+    link_bytes_per_s: float
+    gpu_peak_flops: float
+    turns: AgenticTurns
+
+    @classmethod
+    def load(cls, scenario: Scenario, data: Path) -> Setting:
+        system_dir = data / "aiconfigurator-sglang"
+        system = read_system(system_dir / f"{scenario.gpu}.yaml")
+        for key in ("mem_capacity", "bfloat16_tc_flops", "inter_node_bw"):
+            if key not in system:
+                raise ScenarioError(f"{system_dir / scenario.gpu}.yaml: no {key}")
+        config = shipped_config(scenario.model)
+        composed = ComposedStepModel(config, KernelTables(system_dir / scenario.gpu), tp=scenario.tp)
+        source, _, _ = scenario.trajectories.partition(":")
+        return cls(
+            scenario=scenario,
+            config=config,
+            steps=ComposedStepTimes(composed),
+            kv_bytes_per_token=config.kv_bytes_per_token(),
+            kv_capacity_bytes=kv_capacity_bytes(config, scenario.tp, system["mem_capacity"]),
+            link_bytes_per_s=system["inter_node_bw"],
+            gpu_peak_flops=system["bfloat16_tc_flops"],
+            turns=AgenticTurns.load(data / "agentic" / "agentic_turns.csv", source),
+        )
+
+    # -- batches --------------------------------------------------------------------------------------------
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - a handful of steps are live at once
+    def batch(self, step: int) -> tuple[TrajectorySpec, ...]:
+        """Step ``step``'s trajectories: the same for every policy."""
+        s = self.scenario
+        return tuple(
+            self.turns.sample(
+                s.trajectories_per_step,
+                env_mean_s=s.env_mean_s,
+                env_std_s=s.env_std_s,
+                max_length=s.max_length_tokens,
+                seed=s.seed * 1_000_003 + step,
+                output_scale=s.output_scale,
+            )
+        )
+
+    @functools.cached_property
+    def stats(self) -> BatchStats:
+        """Batch statistics the orchestrator would log (from step 0; every step has the same distribution)."""
+        return batch_stats(list(self.batch(0)))
+
+    def workload(self, unfinished: int | None = None, bubble_ratio: float = 0.0) -> Workload:
+        st = self.stats
+        s = self.scenario
+        return Workload(
+            batch_size=st.trajectories,
+            unfinished=st.trajectories if unfinished is None else unfinished,
+            turns=st.turns_p90,
+            appended_tokens_per_turn=st.appended_tokens,
+            generated_tokens_per_turn=st.generated_tokens,
+            env_time_per_turn_s=s.env_mean_s,
+            env_time_std_s=s.env_std_s,
+            bubble_ratio=bubble_ratio,
+            mean_context_tokens=st.mean_context_tokens,
+            max_context_tokens=st.max_context_tokens,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            prompt_tokens=st.prompt_tokens,
+        )
+
+    # -- predictors -----------------------------------------------------------------------------------------
+    @functools.cached_property
+    def pearl_params(self) -> PearlParams:
+        st = self.stats
+        composed = self.steps.model
+        per_worker = st.trajectories // 8  # the operating point of a mid-sized pool
+        device = fit_device(
+            gpu_type=self.scenario.gpu.split("_")[0],
+            tp=self.scenario.tp,
+            prefill_s=lambda n, c: composed.prefill_s(n, cached_tokens=c),  # type: ignore[attr-defined]
+            decode_s=composed.decode_s,  # type: ignore[attr-defined]
+            context_tokens=st.mean_context_tokens,
+            appended_tokens=st.appended_tokens,
+            max_batch=max(2, per_worker),
+            kv_capacity=self.kv_capacity_bytes,
+        )
+        return PearlParams(
+            devices=(device,),
+            switch_overhead_s=0.0,
+            kv_bandwidth_bytes_per_s=self.link_bytes_per_s,
+            kv_bandwidth_per_prefill_worker=True,
+            source=f"fitted to {self.scenario.model} kernel composition on {self.scenario.gpu} TP{self.scenario.tp}",
+        )
+
+    @property
+    def gpu_type(self) -> str:
+        return self.pearl_params.devices[0].gpu_type
+
+    def predictor(self, name: str) -> MakespanModel:
+        """``pearl`` (PEARL's closed form) or ``improved``."""
+        if name == "pearl":
+            return PearlMakespanModel(self.pearl_params)
+        if name == "improved":
+            return ImprovedMakespanModel(ImprovedParams(pearl=self.pearl_params))
+        raise ValueError(f"unknown predictor {name!r}; choose 'pearl' or 'improved'")
+
+    # -- pools and the trainer ------------------------------------------------------------------------------
+    def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> Pool:
+        return Pool(
+            mode,
+            self.steps,
+            prefill_workers=prefill,
+            decode_workers=decode,
+            colocated_workers=colocated,
+            kv_capacity_tokens=self.kv_capacity_bytes / self.kv_bytes_per_token,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            link_bytes_per_s=self.link_bytes_per_s,
+        )
+
+    def training_s(self, tokens: int) -> float:
+        """One training step over ``tokens`` on the scenario's training GPUs."""
+        s = self.scenario
+        flops = TRAINING_FLOPS_PER_PARAM_TOKEN * self.config.parameter_count() * tokens
+        return flops / (s.training_gpus * self.gpu_peak_flops * s.training_mfu)
