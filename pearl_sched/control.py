@@ -135,8 +135,9 @@ class Decider(Protocol):
 class PlannerDecider:
     """A decider that calls :func:`pearl_sched.plan` with a makespan model, a backend and the policies.
 
-    An infeasible state keeps the current configuration and records why (the loop never crashes on it);
-    any other error propagates.
+    An infeasible state keeps the current configuration and records why (the loop never crashes on it),
+    except when only the KV requirement binds: the engines queue what does not fit, so it plans for the
+    trajectories that can be resident. Any other error propagates.
     """
 
     def __init__(
@@ -159,19 +160,30 @@ class PlannerDecider:
         self.last_error: str = ""
 
     def decide(self, event: Event, state: ClusterState) -> Plan | None:
-        try:
-            result = plan(
-                state,
-                self.model,
-                current=self.current,
-                costs=self.planning_costs,
-                policy=self.policy,
-                backend=self.backend,
-            )
-        except InfeasiblePlanError as exc:
-            self.last_error = str(exc)
-            logger.info("%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc)
-            return None
+        self.last_error = ""
+        while True:
+            try:
+                result = plan(
+                    state,
+                    self.model,
+                    current=self.current,
+                    costs=self.planning_costs,
+                    policy=self.policy,
+                    backend=self.backend,
+                )
+                break
+            except InfeasiblePlanError as exc:
+                unfinished = state.workload.unfinished
+                if exc.binding_constraint == "kv_capacity" and unfinished > 1:
+                    # More trajectories than the KV cache of every GPU holds: the engines queue the rest, so
+                    # plan for the half that can be resident, and say so.
+                    self.last_error = f"KV for {unfinished} trajectories exceeds the cluster's; planned for fewer"
+                    workload = state.workload.model_copy(update={"unfinished": unfinished // 2})
+                    state = state.model_copy(update={"workload": workload})
+                    continue
+                self.last_error = str(exc)
+                logger.info("%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc)
+                return None
         self.current = result
         return result
 

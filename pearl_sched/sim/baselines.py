@@ -13,6 +13,8 @@
 ``pearl_sched``    The improved predictor with the MILP and the policies (``plan()`` defaults).
 ``oracle``         Hindsight: for every resource level met, the best static configuration found by simulating
                    the batch on every configuration (a sweep); borrows whenever the trainer is idle.
+``pearl_sched-no-borrow``, ``best-colocated``, ``best-disaggregated``
+                   Ablations: pearl_sched without borrowing; the oracle restricted to one mode.
 =================  ==============================================================================================
 """
 
@@ -129,9 +131,9 @@ class StaticRatio:
 class Oracle:
     """Hindsight best static configuration per resource level, by simulating the batch on each one."""
 
-    name = "oracle"
-
-    def __init__(self, setting: Setting) -> None:
+    def __init__(self, setting: Setting, name: str = "oracle", only: Mode | None = None) -> None:
+        self.name = name
+        self.only = only
         self.setting = setting
         self.best: dict[tuple[int, Mode | None], Config] = {}
         self.reason = ""
@@ -166,7 +168,9 @@ class Oracle:
         n = _usable(state, zones)
         if n == 0:
             return None
-        running = state.mode if event.kind is not EventKind.STEP_BOUNDARY else None
+        running = state.mode if event.kind is not EventKind.STEP_BOUNDARY else self.only
+        if n == 1 and self.only is Mode.DISAGGREGATED:
+            return None
         config = self.best_for(n, running if n > 1 else Mode.COLOCATED)
         if n == 1 and running is Mode.DISAGGREGATED:
             return None
@@ -229,6 +233,22 @@ POLICIES: dict[str, PolicySpec] = {
             "oracle",
             lambda st, c, p: Oracle(st),
             description="hindsight best static configuration per resource level (simulated sweep)",
+        ),
+        PolicySpec(
+            "pearl_sched-no-borrow",
+            lambda st, c, p: PlannerDecider("pearl_sched-no-borrow", st.predictor("improved"), costs=c, policy=p),
+            allow_borrow=False,
+            description="pearl_sched without borrowing training GPUs (ablation)",
+        ),
+        PolicySpec(
+            "best-colocated",
+            lambda st, c, p: Oracle(st, "best-colocated", Mode.COLOCATED),
+            description="hindsight best colocated configuration per resource level (ablation)",
+        ),
+        PolicySpec(
+            "best-disaggregated",
+            lambda st, c, p: Oracle(st, "best-disaggregated", Mode.DISAGGREGATED),
+            description="hindsight best disaggregated P:D per resource level (ablation: forced disaggregation)",
         ),
     )
 }

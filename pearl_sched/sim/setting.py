@@ -127,7 +127,7 @@ class Setting:
         composed = self.steps.model
         per_worker = st.trajectories // 8  # the operating point of a mid-sized pool
         device = fit_device(
-            gpu_type=self.scenario.gpu.split("_")[0],
+            gpu_type=self.gpu_type,
             tp=self.scenario.tp,
             prefill_s=lambda n, c: composed.prefill_s(n, cached_tokens=c),  # type: ignore[attr-defined]
             decode_s=composed.decode_s,  # type: ignore[attr-defined]
@@ -146,7 +146,8 @@ class Setting:
 
     @property
     def gpu_type(self) -> str:
-        return self.pearl_params.devices[0].gpu_type
+        """``h200`` for the system ``h200_sxm``."""
+        return self.scenario.gpu.split("_")[0]
 
     def predictor(self, name: str) -> MakespanModel:
         """``pearl`` (PEARL's closed form) or ``improved``."""

@@ -1,0 +1,520 @@
+"""FakeSGLangServer: a test double of SGLang's HTTP server (0.5.2x), for machines without a GPU.
+
+It is a fake, named as one: no model runs, generation is a sleep of ``token_time_s`` per token. What it keeps
+faithful is the HTTP surface pearl_sched and the SGLang model gateway (``smg``) use (DESIGN.md §11) and its
+rules:
+
+* ``/health``, ``/server_info`` (``version``, ``disaggregation_mode``, ``weight_version``, …), ``/model_info``,
+  ``/v1/models``, ``/v1/loads``, ``/metrics`` (Prometheus text, ``sglang:`` names) — and no ``/version``: the
+  gateway takes a server that answers it for vLLM and speaks vLLM's PD protocol to it;
+* ``/generate``: in PD mode a request must carry ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` and go
+  to both servers — the prefill server publishes the room's KV on its bootstrap port when its prefill is done,
+  the decode server fetches it from there and fails the request if it never arrives;
+* ``/pd_role_switch``: only with ``--enable-pd-role-switch``, on mooncake/mori transfer backends, in PD mode,
+  when idle, one at a time;
+* ``/release_memory_occupation`` and ``/resume_memory_occupation``: only with ``--enable-memory-saver`` and when
+  idle; a server with released memory refuses generation;
+* ``/pause_generation`` (``abort`` returns running requests with ``finish_reason.type == "abort"`` and the tokens
+  so far; ``retract``/``in_place`` hold them until ``/continue_generation``);
+* ``/update_weights_from_disk`` and ``/init_weights_update_group`` + ``/update_weights_from_distributed``, which
+  set ``weight_version``.
+
+Run it like SGLang: ``python -m pearl_sched.adapters.fake_sglang --model-path M --port P
+[--disaggregation-mode prefill --disaggregation-bootstrap-port B] [--enable-pd-role-switch] …`` (the same flags
+``sglang.launch_server`` takes, so a launcher can start either), or in-process with :meth:`start`.
+Fault injection for tests: ``--fake-fail-start``, ``--fake-fail-role-switch``, ``--fake-startup-delay``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+VERSION = "0.5.21"
+ROLE_SWITCH_BACKENDS = ("mooncake", "mori")
+
+
+@dataclass
+class FakeConfig:
+    """The launch flags the fake honours (names as in ``sglang.launch_server``)."""
+
+    model_path: str = "fake/model"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp_size: int = 1
+    base_gpu_id: int = 0
+    disaggregation_mode: str = "null"
+    disaggregation_transfer_backend: str = "mooncake"
+    disaggregation_bootstrap_port: int | None = None
+    enable_pd_role_switch: bool = False
+    enable_memory_saver: bool = False
+    enable_metrics: bool = True
+    max_running_requests: int = 256
+    version: str = VERSION
+    token_time_s: float = 0.002
+    prefill_time_s: float = 0.005
+    role_switch_time_s: float = 0.05
+    startup_delay_s: float = 0.0
+    fail_start: bool = False
+    fail_role_switch: bool = False
+    kv_wait_s: float = 10.0
+
+
+@dataclass
+class _Request:
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int
+    generated: int = 0
+    aborted: bool = False
+
+
+@dataclass
+class _State:
+    role: str
+    weight_version: str = "default"
+    running: dict[str, _Request] = field(default_factory=dict)
+    released: set[str] = field(default_factory=set)
+    paused: str | None = None
+    switching: bool = False
+    group: str | None = None
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    requests_total: int = 0
+    aborted_total: int = 0
+    rooms: dict[int, threading.Event] = field(default_factory=dict)
+
+
+class FakeSGLangServer:
+    """One fake server: an HTTP listener (and, for a prefill server, a bootstrap listener) in threads."""
+
+    def __init__(self, config: FakeConfig) -> None:
+        self.config = config
+        self.state = _State(role=config.disaggregation_mode)
+        self.lock = threading.Condition()
+        self.ids = itertools.count()
+        self.http: ThreadingHTTPServer | None = None
+        self.bootstrap: ThreadingHTTPServer | None = None
+        self.bootstrap_port = config.disaggregation_bootstrap_port
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    def start(self) -> FakeSGLangServer:
+        """Listen (after the configured startup delay); returns self."""
+        if self.config.fail_start:
+            raise RuntimeError("fake server configured to fail at start")
+        time.sleep(self.config.startup_delay_s)
+        self.http = _serve(self.config.host, self.config.port, _handler(self))
+        if self.bootstrap_port is not None:
+            self.bootstrap = _serve(self.config.host, self.bootstrap_port, _bootstrap_handler(self))
+        return self
+
+    def stop(self) -> None:
+        for server in (self.http, self.bootstrap):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.config.port}"
+
+    def idle(self) -> bool:
+        return not self.state.running
+
+    # -- endpoints ------------------------------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "version": c.version,
+            "model_path": c.model_path,
+            "tokenizer_path": c.model_path,
+            "served_model_name": c.model_path,
+            "tp_size": c.tp_size,
+            "dp_size": 1,
+            "base_gpu_id": c.base_gpu_id,
+            "disaggregation_mode": self.state.role,
+            "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
+            "disaggregation_bootstrap_port": self.bootstrap_port,
+            "enable_pd_role_switch": c.enable_pd_role_switch,
+            "enable_memory_saver": c.enable_memory_saver,
+            "max_running_requests": c.max_running_requests,
+            "weight_version": self.state.weight_version,
+            "is_fake": True,
+        }
+
+    def loads(self) -> dict[str, Any]:
+        with self.lock:
+            running = len(self.state.running)
+        return {
+            "timestamp": time.time(),
+            "version": self.config.version,
+            "dp_rank_count": 1,
+            "loads": [
+                {
+                    "dp_rank": 0,
+                    "num_running_reqs": running,
+                    "num_waiting_reqs": 0,
+                    "num_used_tokens": running * 64,
+                    "max_total_num_tokens": self.config.max_running_requests * 4096,
+                    "token_usage": running / self.config.max_running_requests,
+                    "gen_throughput": 0.0,
+                }
+            ],
+        }
+
+    def metrics(self) -> str:
+        s = self.state
+        name = f'model_name="{self.config.model_path}"'
+        lines = []
+        for metric, kind, value in (
+            ("num_running_reqs", "gauge", len(s.running)),
+            ("num_queue_reqs", "gauge", 0),
+            ("token_usage", "gauge", len(s.running) / self.config.max_running_requests),
+            ("gen_throughput", "gauge", 0.0),
+            ("prompt_tokens_total", "counter", s.prompt_tokens_total),
+            ("generation_tokens_total", "counter", s.generation_tokens_total),
+            ("num_requests_total", "counter", s.requests_total),
+            ("num_aborted_requests_total", "counter", s.aborted_total),
+        ):
+            base = metric.removesuffix("_total") if kind == "counter" else metric
+            lines += [
+                f"# HELP sglang:{base} {metric}",
+                f"# TYPE sglang:{base} {kind}",
+                f"sglang:{metric}{{{name}}} {value}",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def generate(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        c, s = self.config, self.state
+        if s.released:
+            return 503, {"error": f"memory released ({sorted(s.released)}): resume_memory_occupation first"}
+        if s.switching:
+            return 503, {"error": "role switch in progress"}
+        room = int(body.get("bootstrap_room") or 0)
+        if s.role != "null" and not all(k in body for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")):
+            return 400, {"error": f"a {s.role} server needs bootstrap_host, bootstrap_port and bootstrap_room"}
+        params = body.get("sampling_params") or {}
+        prompt = body.get("input_ids") or body.get("text") or ""
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(str(prompt).split()))
+        request = _Request(
+            str(body.get("rid") or f"fake-{next(self.ids)}"), prompt_tokens, int(params.get("max_new_tokens", 16))
+        )
+        with self.lock:
+            s.running[request.rid] = request
+            s.requests_total += 1
+            s.prompt_tokens_total += prompt_tokens
+        try:
+            if s.role == "prefill":
+                time.sleep(c.prefill_time_s)
+                with self.lock:
+                    s.rooms.setdefault(room, threading.Event()).set()  # KV ready for the decode side
+                request.max_new_tokens = 1
+            elif s.role == "decode" and not _fetch_kv(
+                body["bootstrap_host"], int(body["bootstrap_port"]), room, c.kv_wait_s
+            ):
+                return 500, {"error": f"KV transfer for room {room} never arrived from the prefill server"}
+            for _ in range(request.max_new_tokens):
+                with self.lock:
+                    while s.paused in ("retract", "in_place") and not request.aborted:
+                        self.lock.wait(0.05)
+                    if request.aborted or s.paused == "abort":
+                        request.aborted = True
+                        break
+                time.sleep(c.token_time_s)
+                request.generated += 1
+            with self.lock:
+                s.generation_tokens_total += request.generated
+                if request.aborted:
+                    s.aborted_total += 1
+        finally:
+            with self.lock:
+                s.running.pop(request.rid, None)
+                self.lock.notify_all()
+        finish = (
+            {"type": "abort", "message": "paused with abort"}
+            if request.aborted
+            else {
+                "type": "length",
+                "length": request.generated,
+            }
+        )
+        return 200, {
+            "text": " ".join(["tok"] * request.generated),
+            "output_ids": list(range(request.generated)),
+            "meta_info": {
+                "id": request.rid,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": request.generated,
+                "cached_tokens": 0,
+                "finish_reason": finish,
+                "weight_version": s.weight_version,
+                "e2e_latency": request.generated * c.token_time_s,
+            },
+        }
+
+    def pd_role_switch(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        c, s = self.config, self.state
+        new_role = body.get("new_role")
+        old = s.role
+
+        def refuse(code: int, message: str) -> tuple[int, dict[str, Any]]:
+            return code, {"success": False, "message": message, "old_role": old, "new_role": new_role}
+
+        if not c.enable_pd_role_switch:
+            return refuse(400, "role switch is disabled: launch with --enable-pd-role-switch")
+        if c.disaggregation_transfer_backend not in ROLE_SWITCH_BACKENDS:
+            return refuse(400, f"role switch needs a mooncake or mori backend, not {c.disaggregation_transfer_backend}")
+        if new_role not in ("prefill", "decode") or s.role not in ("prefill", "decode"):
+            return refuse(400, f"cannot switch {s.role} to {new_role}: only prefill and decode servers switch")
+        with self.lock:
+            if s.switching:
+                return refuse(409, "another role switch is in progress")
+            if s.running:
+                return refuse(400, f"server is not idle ({len(s.running)} running requests)")
+            s.switching = True
+        try:
+            time.sleep(c.role_switch_time_s)
+            if c.fail_role_switch:
+                return refuse(500, "role switch failed (injected fault)")
+            s.role = new_role
+            if new_role == "prefill" and self.bootstrap_port is not None and self.bootstrap is None:
+                self.bootstrap = _serve(c.host, self.bootstrap_port, _bootstrap_handler(self))
+            return 200, {
+                "success": True,
+                "message": "switched",
+                "old_role": old,
+                "new_role": new_role,
+                "safe_to_restore": True,
+            }
+        finally:
+            s.switching = False
+
+    def memory(self, release: bool, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        s = self.state
+        if not self.config.enable_memory_saver:
+            return 400, {"success": False, "message": "memory saver is off: launch with --enable-memory-saver"}
+        tags = set(body.get("tags") or ("weights", "kv_cache", "cuda_graph"))
+        with self.lock:
+            if s.running:
+                return 400, {"success": False, "message": f"server is not idle ({len(s.running)} running requests)"}
+            s.released = s.released | tags if release else s.released - tags
+        return 200, {"success": True, "message": "released" if release else "resumed"}
+
+    def pause(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        mode = body.get("mode", "abort")
+        if mode not in ("abort", "retract", "in_place"):
+            return 400, {"error": f"unknown pause mode {mode!r}"}
+        with self.lock:
+            self.state.paused = mode
+            if mode == "abort":
+                for request in self.state.running.values():
+                    request.aborted = True
+            self.lock.notify_all()
+        return 200, {"success": True}
+
+    def resume_generation(self) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            self.state.paused = None
+            self.lock.notify_all()
+        return 200, {"success": True}
+
+    def update_weights(self, body: dict[str, Any], distributed: bool) -> tuple[int, dict[str, Any]]:
+        s = self.state
+        if distributed and s.group != body.get("group_name"):
+            return 400, {"success": False, "message": f"no weights update group {body.get('group_name')!r}"}
+        if not distributed and not body.get("model_path"):
+            return 400, {"success": False, "message": "model_path is required"}
+        with self.lock:
+            if s.running and not body.get("abort_all_requests"):
+                return 400, {"success": False, "message": "requests are running: pause generation first"}
+            s.weight_version = str(body.get("weight_version") or s.weight_version)
+        return 200, {"success": True, "message": "updated", "num_paused_requests": 0}
+
+
+def _fetch_kv(host: str, port: int, room: int, wait_s: float) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/kv/{room}?wait={wait_s}", timeout=wait_s + 5) as r:
+            return bool(json.loads(r.read()).get("ready"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _serve(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name=f"fake-sglang-{port}").start()
+    return server
+
+
+class _Base(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def reply(self, code: int, payload: Any, content_type: str = "application/json") -> None:
+        data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return {}
+        try:
+            data = json.loads(self.rfile.read(length))
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_Base):
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path in ("/health", "/health_generate"):
+                self.reply(503 if fake.state.released else 200, {})
+            elif path in ("/server_info", "/get_server_info"):
+                self.reply(200, fake.server_info())
+            elif path in ("/model_info", "/get_model_info"):
+                c = fake.config
+                self.reply(
+                    200,
+                    {
+                        "model_path": c.model_path,
+                        "tokenizer_path": c.model_path,
+                        "is_generation": True,
+                        "weight_version": fake.state.weight_version,
+                    },
+                )
+            elif path == "/v1/models":
+                self.reply(200, {"object": "list", "data": [{"id": fake.config.model_path, "object": "model"}]})
+            elif path in ("/v1/loads", "/loads", "/get_load"):
+                self.reply(200, fake.loads())
+            elif path == "/metrics":
+                self.reply(200, fake.metrics(), "text/plain; version=0.0.4")
+            else:
+                self.reply(404, {"error": f"no route {path}"})
+
+        def do_POST(self) -> None:
+            path = self.path.split("?")[0]
+            body = self.body()
+            routes: dict[str, Callable[[], tuple[int, dict[str, Any]]]] = {
+                "/generate": lambda: fake.generate(body),
+                "/pd_role_switch": lambda: fake.pd_role_switch(body),
+                "/release_memory_occupation": lambda: fake.memory(True, body),
+                "/resume_memory_occupation": lambda: fake.memory(False, body),
+                "/pause_generation": lambda: fake.pause(body),
+                "/continue_generation": fake.resume_generation,
+                "/update_weights_from_disk": lambda: fake.update_weights(body, distributed=False),
+                "/update_weights_from_distributed": lambda: fake.update_weights(body, distributed=True),
+                "/init_weights_update_group": lambda: _init_group(fake, body),
+                "/flush_cache": lambda: (200, {"success": True}),
+            }
+            if path not in routes:
+                self.reply(404, {"error": f"no route {path}"})
+                return
+            code, payload = routes[path]()
+            self.reply(code, payload)
+
+    return Handler
+
+
+def _init_group(fake: FakeSGLangServer, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    missing = [k for k in ("master_address", "master_port", "rank_offset", "world_size", "group_name") if k not in body]
+    if missing:
+        return 400, {"success": False, "message": f"missing {missing}"}
+    fake.state.group = str(body["group_name"])
+    return 200, {"success": True, "message": "group initialised"}
+
+
+def _bootstrap_handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
+    class Bootstrap(_Base):
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            if not path.startswith("/kv/"):
+                self.reply(404, {})
+                return
+            room = int(path.removeprefix("/kv/"))
+            wait = float(query.removeprefix("wait=") or 0) if query.startswith("wait=") else 0.0
+            with fake.lock:
+                event = fake.state.rooms.setdefault(room, threading.Event())
+            ready = event.wait(wait)
+            if ready:
+                with fake.lock:
+                    fake.state.rooms.pop(room, None)
+            self.reply(200, {"ready": ready})
+
+    return Bootstrap
+
+
+def parse_args(argv: list[str]) -> FakeConfig:
+    """The subset of ``sglang.launch_server`` flags the fake understands (others are accepted and ignored)."""
+    p = argparse.ArgumentParser(prog="fake_sglang", description="A fake SGLang server (no model, no GPU)")
+    p.add_argument("--model-path", default="fake/model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--base-gpu-id", type=int, default=0)
+    p.add_argument("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    p.add_argument("--disaggregation-bootstrap-port", type=int)
+    p.add_argument("--enable-pd-role-switch", action="store_true")
+    p.add_argument("--enable-memory-saver", action="store_true")
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--fake-token-time", type=float, default=0.002)
+    p.add_argument("--fake-startup-delay", type=float, default=0.0)
+    p.add_argument("--fake-fail-start", action="store_true")
+    p.add_argument("--fake-fail-role-switch", action="store_true")
+    p.add_argument("--fake-version", default=VERSION)
+    args, _ = p.parse_known_args(argv)
+    return FakeConfig(
+        model_path=args.model_path,
+        host=args.host,
+        port=args.port,
+        tp_size=args.tp_size,
+        base_gpu_id=args.base_gpu_id,
+        disaggregation_mode=args.disaggregation_mode,
+        disaggregation_transfer_backend=args.disaggregation_transfer_backend,
+        disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
+        enable_pd_role_switch=args.enable_pd_role_switch,
+        enable_memory_saver=args.enable_memory_saver,
+        enable_metrics=args.enable_metrics,
+        version=args.fake_version,
+        token_time_s=args.fake_token_time,
+        startup_delay_s=args.fake_startup_delay,
+        fail_start=args.fake_fail_start,
+        fail_role_switch=args.fake_fail_role_switch,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        server = FakeSGLangServer(config).start()
+    except Exception as exc:
+        print(f"fake SGLang server failed to start: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(f"fake SGLang server on {server.url} ({config.disaggregation_mode})", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The SGLang model gateway (``smg`` on PyPI, successor of ``sglang-router`` with the same flags).
+
+:class:`Gateway` starts the real ``smg`` binary in regular or PD mode, stops it, and keeps its worker set
+equal to what a plan says (:meth:`Gateway.sync`): registration and removal are asynchronous in the gateway, so
+each is polled to completion (a removed URL is re-added only after the gateway answers 404 for it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pearl_sched.adapters.http import AdapterError, GatewayClient, poll
+
+
+@dataclass(frozen=True)
+class Registration:
+    """How a server is registered: ``regular``, ``prefill`` (with its bootstrap port) or ``decode``."""
+
+    worker_type: str
+    bootstrap_port: int | None = None
+
+
+def find_smg() -> str:
+    """The ``smg`` executable: ``$PEARL_SCHED_SMG``, next to this Python (a virtual environment's bin/), or on
+    PATH. The gateway is a separate service: installing it in a virtual environment of its own keeps its
+    dependencies (grpcio, protobuf) apart from the solvers'."""
+    beside = Path(sys.executable).with_name("smg")
+    found = os.environ.get("PEARL_SCHED_SMG") or (str(beside) if beside.exists() else None) or shutil.which("smg")
+    if found is None:
+        raise AdapterError(
+            "the smg gateway is not installed: pip install smg (PyPI), or set PEARL_SCHED_SMG to its executable"
+        )
+    return found
+
+
+class Gateway:
+    """One ``smg`` process and its worker registry."""
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        pd: bool = False,
+        policy: str = "round_robin",
+        metrics_port: int | None = None,
+        binary: str | None = None,
+        log_dir: str | Path | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.host, self.port, self.pd, self.policy = host, port, pd, policy
+        self.metrics_port = metrics_port if metrics_port is not None else port + 1
+        self.binary = binary
+        self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="pearl-sched-smg-"))
+        self.timeout_s = timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client = GatewayClient(self.url, timeout_s=timeout_s)
+        self._removing: dict[str, str] = {}  # url → id of a registration being removed
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        argv = [
+            self.binary or find_smg(),
+            "launch",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--policy",
+            self.policy,
+            "--prometheus-host",
+            self.host,
+            "--prometheus-port",
+            str(self.metrics_port),
+            "--log-level",
+            "warn",
+            "--shutdown-grace-period-secs",
+            "1",
+        ]
+        if self.pd:
+            argv.append("--pd-disaggregation")
+        return argv
+
+    def start(self, *, ready_timeout_s: float = 60.0) -> Gateway:
+        argv = self.argv()
+        log_path = self.log_dir / f"smg-{self.port}.log"
+        with log_path.open("wb") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def ready() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+                raise AdapterError(f"smg exited with code {self.process.returncode} at start:\n{tail}")
+            try:
+                return self.client.http.get("/workers", timeout=1.0).status_code == 200
+            except Exception:
+                return False
+
+        poll(ready, timeout_s=ready_timeout_s, what=f"the smg gateway on {self.url}")
+        return self
+
+    def stop(self, *, grace_s: float = 5.0) -> None:
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=grace_s)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> Gateway:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.client.close()
+
+    # -- the worker set -------------------------------------------------------------------------------------
+    def registered(self) -> dict[str, tuple[str, Registration]]:
+        """URL → (gateway worker id, how it is registered), leaving out workers being removed."""
+        out = {}
+        listed = self.client.workers()
+        ids = {str(w["id"]) for w in listed}
+        self._removing = {url: wid for url, wid in self._removing.items() if wid in ids}
+        for w in listed:
+            url = str(w["url"]).rstrip("/")
+            if self._removing.get(url) == str(w["id"]):
+                continue
+            out[url] = (str(w["id"]), Registration(str(w["worker_type"]), w.get("bootstrap_port")))
+        return out
+
+    def register(self, url: str, registration: Registration, *, ready_timeout_s: float = 60.0) -> str:
+        """Add a worker and wait until it is ready (after its previous registration, if any, is gone)."""
+        url = url.rstrip("/")
+        if registration.worker_type != "regular" and not self.pd:
+            raise AdapterError(f"cannot register {url} as {registration.worker_type}: the gateway is in regular mode")
+        self.registered()  # prune finished removals
+        if url in self._removing:
+            self.client.wait_gone(self._removing.pop(url))
+        reg = registration
+        return self.client.add(url, reg.worker_type, reg.bootstrap_port, ready_timeout_s=ready_timeout_s)
+
+    def deregister(self, url: str, *, wait: bool = False) -> None:
+        """Stop routing to ``url`` now; the gateway finishes the removal in the background (about 5 s)."""
+        url = url.rstrip("/")
+        found = self.registered().get(url)
+        if found is not None:
+            self.client.remove(found[0], wait=wait)
+            if not wait:
+                self._removing[url] = found[0]
+
+    def retype(self, url: str, registration: Registration, *, timeout_s: float = 30.0) -> None:
+        """``PUT /workers/{id}``: change a registered worker's type in place."""
+        found = self.registered().get(url.rstrip("/"))
+        if found is None:
+            raise AdapterError(f"gateway has no worker {url} to re-type")
+        payload: dict[str, object] = {"url": url, "worker_type": registration.worker_type}
+        if registration.bootstrap_port is not None:
+            payload["bootstrap_port"] = registration.bootstrap_port
+        self.client.call("PUT", f"/workers/{found[0]}", json=payload, idempotent=True)
+
+        def done() -> bool:
+            now = self.registered().get(url.rstrip("/"))
+            return now is not None and now[1].worker_type == registration.worker_type
+
+        poll(done, timeout_s=timeout_s, what=f"gateway to re-type {url} as {registration.worker_type}")
+
+    def sync(self, desired: Mapping[str, Registration]) -> None:
+        """Make the gateway's workers exactly ``desired``: remove extras, re-type changed, add missing."""
+        current = self.registered()
+        wanted = {url.rstrip("/"): reg for url, reg in desired.items()}
+        for url in current:
+            if url not in wanted:
+                self.deregister(url)
+        for url, reg in wanted.items():
+            have = current.get(url)
+            if have is None:
+                self.register(url, reg)
+            elif have[1] != reg:
+                self.retype(url, reg)

@@ -1,0 +1,297 @@
+"""HTTP clients for SGLang servers and the SGLang model gateway (``smg``), over httpx.
+
+Every call has an explicit timeout. Idempotent calls (reads, ``DELETE``, registering a URL the gateway
+deduplicates, releasing or resuming memory, pausing) are retried with exponential backoff on connection errors,
+timeouts and 5xx answers (tenacity); non-idempotent ones (``/generate``, role switches, weight updates) are not.
+When retries run out the caller gets an :class:`AdapterError` that says which server, which call and why —
+never a bare transport exception.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Self
+
+from pearl_sched.errors import PearlSchedError
+
+try:
+    import httpx
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+except ImportError as exc:  # pragma: no cover - the sglang extra installs them
+    from pearl_sched.errors import MissingExtraError
+
+    raise MissingExtraError(exc.name or "httpx", "sglang") from exc
+
+
+class AdapterError(PearlSchedError):
+    """A server or the gateway did not do what was asked; the message names the endpoint and the cause."""
+
+
+class _Retryable(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, _Retryable | httpx.TransportError)
+
+
+class _Client:
+    """Shared plumbing: a base URL, timeouts and the retry policy."""
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, attempts: int = 4, backoff_s: float = 0.2) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.http = httpx.Client(base_url=self.url, timeout=self.timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        idempotent: bool,
+        timeout_s: float | None = None,
+        ok: tuple[int, ...] = (200, 201, 202, 204),
+    ) -> httpx.Response:
+        """One call; idempotent ones are retried on transport errors and 5xx answers."""
+        timeout = httpx.Timeout(timeout_s) if timeout_s is not None else self.timeout
+
+        def once() -> httpx.Response:
+            response = self.http.request(method, path, json=json, timeout=timeout)
+            if response.status_code >= 500 and idempotent:
+                raise _Retryable(response)
+            return response
+
+        try:
+            if idempotent:
+                retrying = Retrying(
+                    stop=stop_after_attempt(self.attempts),
+                    wait=wait_exponential(multiplier=self.backoff_s, max=5.0),
+                    retry=retry_if_exception(_retryable),
+                    reraise=True,
+                )
+                response = retrying(once)
+            else:
+                response = once()
+        except _Retryable as exc:
+            raise AdapterError(
+                f"{method} {self.url}{path}: HTTP {exc.response.status_code} after {self.attempts} attempts:"
+                f" {_text(exc.response)}"
+            ) from None
+        except httpx.TimeoutException:
+            tries = f" after {self.attempts} attempts" if idempotent else ""
+            raise AdapterError(f"{method} {self.url}{path}: timed out{tries}") from None
+        except httpx.TransportError as exc:
+            tries = f" after {self.attempts} attempts" if idempotent else ""
+            raise AdapterError(f"{method} {self.url}{path}: cannot connect{tries} ({exc})") from None
+        if response.status_code not in ok:
+            raise AdapterError(f"{method} {self.url}{path}: HTTP {response.status_code}: {_text(response)}")
+        return response
+
+
+def _text(response: httpx.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(data, Mapping):
+        for key in ("message", "error", "detail"):
+            if key in data:
+                value = data[key]
+                return str(value.get("message", value) if isinstance(value, Mapping) else value)[:300]
+    return str(data)[:300]
+
+
+def poll(check: Callable[[], bool], *, timeout_s: float, every_s: float = 0.1, what: str) -> None:
+    """Call ``check`` until it returns True; :class:`AdapterError` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check():
+            return
+        if time.monotonic() >= deadline:
+            raise AdapterError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.5.21.post1"`` → ``(0, 5, 21)``."""
+    parts = []
+    for piece in version.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits or not piece[0].isdigit():
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+class SGLangServerClient(_Client):
+    """One SGLang server's HTTP API (DESIGN.md §11)."""
+
+    def server_info(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.call("GET", "/server_info", idempotent=True).json()
+        return data
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def supports_role_switch(self, info: Mapping[str, Any] | None = None) -> bool:
+        """``/pd_role_switch`` exists from 0.5.21, needs the flag at launch and a mooncake or mori backend."""
+        info = info if info is not None else self.server_info()
+        return (
+            version_tuple(str(info.get("version", "0"))) >= (0, 5, 21)
+            and bool(info.get("enable_pd_role_switch"))
+            and info.get("disaggregation_transfer_backend") in ("mooncake", "mori")
+            and info.get("disaggregation_mode") in ("prefill", "decode")
+        )
+
+    def loads(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.call("GET", "/v1/loads?include=all", idempotent=True).json()
+        return data
+
+    def running_requests(self) -> int:
+        return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in self.loads()["loads"])
+
+    def metrics(self) -> dict[str, float]:
+        """``/metrics`` parsed with prometheus_client: metric sample name → value (summed over labels)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = self.call("GET", "/metrics", idempotent=True).text
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+        return out
+
+    def generate(self, payload: Mapping[str, Any], *, timeout_s: float = 600.0) -> dict[str, Any]:
+        data: dict[str, Any] = self.call(
+            "POST", "/generate", json=dict(payload), idempotent=False, timeout_s=timeout_s
+        ).json()
+        return data
+
+    def role_switch(self, new_role: str) -> dict[str, Any]:
+        response = self.call(
+            "POST", "/pd_role_switch", json={"new_role": new_role}, idempotent=False, ok=(200, 400, 409, 500)
+        )
+        data: dict[str, Any] = response.json()
+        if response.status_code != 200 or not data.get("success"):
+            raise AdapterError(f"POST {self.url}/pd_role_switch to {new_role}: {data.get('message', response.text)}")
+        return data
+
+    def release_memory(self, tags: list[str] | None = None) -> None:
+        self._success("/release_memory_occupation", {"tags": tags})
+
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        self._success("/resume_memory_occupation", {"tags": tags})
+
+    def pause(self, mode: str = "retract") -> None:
+        self.call("POST", "/pause_generation", json={"mode": mode}, idempotent=True)
+
+    def resume_generation(self) -> None:
+        self.call("POST", "/continue_generation", json={}, idempotent=True)
+
+    def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
+        payload: dict[str, Any] = {"model_path": model_path}
+        if weight_version is not None:
+            payload["weight_version"] = weight_version
+        self._success("/update_weights_from_disk", payload, idempotent=False)
+
+    def init_weights_update_group(
+        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str
+    ) -> None:
+        payload = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": "nccl",
+        }
+        self._success("/init_weights_update_group", payload, idempotent=False)
+
+    def update_weights_from_distributed(
+        self, *, names: list[str], dtypes: list[str], shapes: list[list[int]], group_name: str, weight_version: str
+    ) -> None:
+        payload = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "weight_version": weight_version,
+        }
+        self._success("/update_weights_from_distributed", payload, idempotent=False)
+
+    def weight_version(self) -> str:
+        return str(self.server_info().get("weight_version", ""))
+
+    def _success(self, path: str, payload: Mapping[str, Any], *, idempotent: bool = True) -> None:
+        response = self.call("POST", path, json=dict(payload), idempotent=idempotent, ok=(200, 400))
+        data = response.json() if response.content else {}
+        if response.status_code != 200 or (isinstance(data, Mapping) and data.get("success") is False):
+            raise AdapterError(f"POST {self.url}{path}: {_text(response)}")
+
+
+class GatewayClient(_Client):
+    """The gateway's worker API: asynchronous registration and removal, polled to completion."""
+
+    def workers(self) -> list[dict[str, Any]]:
+        data = self.call("GET", "/workers", idempotent=True).json()
+        return list(data.get("workers", []))
+
+    def worker(self, worker_id: str) -> dict[str, Any] | None:
+        response = self.call("GET", f"/workers/{worker_id}", idempotent=True, ok=(200, 404))
+        return None if response.status_code == 404 else dict(response.json())
+
+    def add(
+        self, url: str, worker_type: str, bootstrap_port: int | None = None, *, ready_timeout_s: float = 60.0
+    ) -> str:
+        """``POST /workers`` and wait until the worker is ready; returns its id."""
+        payload: dict[str, Any] = {"url": url, "worker_type": worker_type}
+        if bootstrap_port is not None:
+            payload["bootstrap_port"] = bootstrap_port
+        data = self.call("POST", "/workers", json=payload, idempotent=True).json()
+        worker_id = str(data["worker_id"])
+
+        def ready() -> bool:
+            info = self.worker(worker_id)
+            if info is not None and info.get("status") == "failed":
+                raise AdapterError(f"gateway {self.url}: worker {url} failed to register: {info}")
+            return info is not None and info.get("status") == "ready" and bool(info.get("is_healthy", True))
+
+        poll(ready, timeout_s=ready_timeout_s, what=f"gateway {self.url} to admit {url} as {worker_type}")
+        return worker_id
+
+    def remove(self, worker_id: str, *, wait: bool = True, timeout_s: float = 30.0) -> None:
+        """``DELETE /workers/{id}``; with ``wait``, poll until 404 (the URL may be re-added only then)."""
+        self.call("DELETE", f"/workers/{worker_id}", idempotent=True, ok=(200, 202, 204, 404))
+        if wait:
+            self.wait_gone(worker_id, timeout_s=timeout_s)
+
+    def wait_gone(self, worker_id: str, *, timeout_s: float = 30.0) -> None:
+        poll(lambda: self.worker(worker_id) is None, timeout_s=timeout_s, what=f"gateway to drop worker {worker_id}")
+
+    def find(self, url: str) -> dict[str, Any] | None:
+        url = url.rstrip("/")
+        return next((w for w in self.workers() if str(w.get("url", "")).rstrip("/") == url), None)
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False

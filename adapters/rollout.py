@@ -1,0 +1,79 @@
+"""A rollout client that never loses a request while the cluster changes under it.
+
+Requests go through the gateway. When a worker is drained with ``abort`` or preempted, the request comes back
+with ``finish_reason.type == "abort"`` and the tokens generated so far — or the gateway answers 5xx for a
+moment while it has no worker of a kind; the client resubmits the prompt plus what was generated, for the
+tokens still owed, until the turn is complete (the partial-trajectory resubmission of DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pearl_sched.adapters.http import AdapterError
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - the sglang extra installs it
+    from pearl_sched.errors import MissingExtraError
+
+    raise MissingExtraError(exc.name or "httpx", "sglang") from exc
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One turn's output and how it got there."""
+
+    output_ids: tuple[int, ...]
+    resubmits: int
+    retries: int
+    weight_versions: tuple[str, ...]
+
+
+class RolloutClient:
+    """``generate`` through a gateway, resubmitting aborted or failed partial turns."""
+
+    def __init__(self, gateway_url: str, *, timeout_s: float = 120.0, patience_s: float = 120.0) -> None:
+        self.http = httpx.Client(base_url=gateway_url.rstrip("/"), timeout=httpx.Timeout(timeout_s, connect=5.0))
+        self.patience_s = patience_s
+
+    def close(self) -> None:
+        self.http.close()
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Completion:
+        output: list[int] = []
+        resubmits = retries = 0
+        versions: list[str] = []
+        deadline = time.monotonic() + self.patience_s
+        while len(output) < max_new_tokens:
+            payload: dict[str, Any] = {
+                "input_ids": [*prompt_ids, *output],
+                "sampling_params": {"max_new_tokens": max_new_tokens - len(output), "temperature": 0.0},
+            }
+            try:
+                response = self.http.post("/generate", json=payload)
+            except httpx.HTTPError as exc:
+                retries += 1
+                self._wait(deadline, f"gateway unreachable ({exc})")
+                continue
+            if response.status_code != 200:
+                retries += 1
+                self._wait(deadline, f"HTTP {response.status_code}: {response.text[:200]}")
+                continue
+            data = response.json()
+            meta = data.get("meta_info", {})
+            produced = list(data.get("output_ids") or [])[: int(meta.get("completion_tokens", 0))]
+            output.extend(produced)
+            versions.append(str(meta.get("weight_version", "")))
+            if (meta.get("finish_reason") or {}).get("type") == "abort":
+                resubmits += 1
+                continue
+            break
+        return Completion(tuple(output), resubmits, retries, tuple(versions))
+
+    def _wait(self, deadline: float, why: str) -> None:
+        if time.monotonic() > deadline:
+            raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
+        time.sleep(0.1)

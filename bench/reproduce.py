@@ -1,0 +1,194 @@
+"""Reproduce PEARL §6's shapes in the simulator: every scenario under every policy, ratio selection, crossover.
+
+Scenarios (pearl_sched/sim/scenarios/*.json) run with their policies; one line per policy per segment and one
+end to end (segment=all), the step throughput and its ratio to ROLL, to PEARL-faithful and to the oracle:
+
+    reproduce scenario=<name> segment=<name|all> policy=<name> throughput_tok_s=<x>
+              vs_roll=<r> vs_pearl=<r> vs_oracle=<r>      (on one line)
+
+Ratio selection (PEARL Table 2 style): for every constant-resource level of the e2e segments (rollout GPUs
+available, and the same with the 16 training GPUs lent) and Table 2's own levels, every configuration is
+simulated on the e2e batch; plan() chooses with the improved predictor (pearl_sched) and PEARL's (pearl),
+transition costs zero (a fresh choice):
+
+    ratio_select interval=<gpus> model=<improved|pearl> chosen=<pPdD|nC> best=<pPdD|nC> gap_pct=<x>
+
+Mode crossover (PEARL Fig. 2c): Qwen3-30B-A3B on 8 TP2 workers, batch 32 … 96 prompts × group 16, the best
+disaggregated configuration against colocated, on the e2e workload and on the short-output chat one:
+
+    crossover workload=<name> batch=<b> colocated_s=<x> best_disaggregated=<pPdD> disaggregated_s=<y> gain_pct=<z>
+
+Then the issue's targets, each with met=yes|no. Usage:
+    python bench/reproduce.py [--only scenarios,ratio,crossover] [--processes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pearl_sched import Mode, plan
+from pearl_sched.config import TransitionCosts
+from pearl_sched.sim.cluster import SimCluster
+from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
+from pearl_sched.sim.rollout import simulate_batch
+from pearl_sched.sim.scenario import Scenario, load_scenario
+
+FREE = TransitionCosts(
+    preparation_s=0,
+    finalisation_s=0,
+    activation_s=0,
+    deactivation_s=0,
+    role_switch_s=0,
+    restart_s=0,
+    stop_s=0,
+    volatile_decode_s=0,
+)
+
+
+def _fmt(x: float | None) -> str:
+    return "nan" if x is None else f"{x:.3f}"
+
+
+def scenarios(data: Path, processes: int) -> list[Report]:
+    reports = []
+    for name in ("e2e", "ablation", "sensitivity"):
+        for scenario in load_scenario(name).expand():
+            report = run_scenario(scenario, list(scenario.policies), data, processes=processes)
+            reports.append(report)
+            for policy, run in report.runs.items():
+                for seg in [*run.segments, None]:
+                    segment = seg.segment if seg is not None else "all"
+                    throughput = seg.throughput_tok_s if seg is not None else run.throughput_tok_s
+                    where = seg.segment if seg is not None else None
+                    print(
+                        f"reproduce scenario={scenario.name} segment={segment} policy={policy}"
+                        f" throughput_tok_s={throughput:.0f} vs_roll={_fmt(report.ratio(policy, 'roll', where))}"
+                        f" vs_pearl={_fmt(report.ratio(policy, 'pearl', where))}"
+                        f" vs_oracle={_fmt(report.ratio(policy, 'oracle', where))}",
+                        flush=True,
+                    )
+            print(f"# {scenario.name}: {report.wall_s:.0f} s wall", flush=True)
+    return reports
+
+
+def _levels(scenario: Scenario, data: Path) -> list[int]:
+    levels: set[int] = {10, 12, 16, 26, 28, 32}  # PEARL Table 2: dedicated GPUs, and those plus 16 lent
+    for segment in scenario.segments:
+        trace, _ = scenario.availability(segment, data)
+        for count in trace.counts:
+            levels.add(int(count))
+            levels.add(int(count) + scenario.training_gpus)
+    return sorted(level for level in levels if level >= 2 * scenario.tp)
+
+
+def _sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
+    scenario_json, gpus, data = args
+    scenario = Scenario.model_validate_json(scenario_json)
+    setting = setting_for(scenario, Path(data))
+    n = gpus // scenario.tp
+    batch = setting.batch(0)
+    measured = {f"{n}C": simulate_batch(setting.pool(Mode.COLOCATED, colocated=n), batch).makespan_s}
+    for p in range(1, n):
+        pool = setting.pool(Mode.DISAGGREGATED, p, n - p)
+        measured[f"{p}P{n - p}D"] = simulate_batch(pool, batch).makespan_s
+    return gpus, measured
+
+
+def ratio_selection(data: Path, processes: int) -> list[tuple[str, float, bool]]:
+    scenario = load_scenario("e2e")
+    setting = setting_for(scenario, data)
+    levels = _levels(scenario, data)
+    jobs = [(scenario.model_dump_json(), gpus, str(data)) for gpus in levels]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        sweeps = dict(pool.map(_sweep, jobs))
+    outcomes = []
+    for gpus in levels:
+        measured = sweeps[gpus]
+        best = min(measured, key=lambda k: measured[k])
+        cluster = SimCluster(setting, costs=FREE, dedicated_gpus=gpus, preemptible_gpus=0)
+        cluster.trainer_idle_at = math.inf  # no training GPUs to lend: the pool is the interval's
+        state = cluster.observe()
+        for name in ("improved", "pearl"):
+            chosen = plan(state, setting.predictor(name), costs=FREE).ratio
+            gap = 100 * (measured[chosen] - measured[best]) / measured[best]
+            outcomes.append((name, gap, chosen == best))
+            print(
+                f"ratio_select interval={gpus} model={name} chosen={chosen} best={best} gap_pct={gap:.2f}", flush=True
+            )
+    return outcomes
+
+
+def crossover(data: Path) -> None:
+    base = load_scenario("e2e")
+    for workload, scale in (("e2e", base.output_scale), ("chat", 1.0)):
+        for batch in (32, 48, 64, 80, 96):
+            scenario = base.model_copy(update={"model": "qwen3-30b-a3b", "batch_prompts": batch, "output_scale": scale})
+            setting = setting_for(scenario, data)
+            trajectories = setting.batch(0)
+            colocated = simulate_batch(setting.pool(Mode.COLOCATED, colocated=8), trajectories).makespan_s
+            split = {
+                p: simulate_batch(setting.pool(Mode.DISAGGREGATED, p, 8 - p), trajectories).makespan_s
+                for p in range(1, 8)
+            }
+            p = min(split, key=lambda k: split[k])
+            gain = 100 * (colocated - split[p]) / colocated
+            print(
+                f"crossover workload={workload} batch={batch} colocated_s={colocated:.1f}"
+                f" best_disaggregated={p}P{8 - p}D disaggregated_s={split[p]:.1f} gain_pct={gain:.2f}",
+                flush=True,
+            )
+
+
+def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> None:
+    def line(name: str, value: str, met: bool) -> None:
+        print(f"target {name} value={value} met={'yes' if met else 'no'}", flush=True)
+
+    e2e = next((r for r in reports if r.scenario.name == "e2e"), None)
+    if e2e is not None:
+        vs_roll = e2e.ratio("pearl", "roll") or 0.0
+        line("pearl_vs_roll>=2", f"{vs_roll:.2f}", vs_roll >= 2)
+        segments = [s.name for s in e2e.scenario.segments]
+        gains = {s: e2e.ratio("pearl_sched", "pearl", s) or 0.0 for s in segments}
+        line("pearl_sched>=pearl_every_segment", ",".join(f"{g:.3f}" for g in gains.values()), min(gains.values()) >= 1)
+        scarce = min(e2e.scenario.segments, key=lambda s: s.target_mean_rollout_gpus).name
+        line("pearl_sched_vs_pearl_scarce>=1.10", f"{gains[scarce]:.3f}", gains[scarce] >= 1.10)
+        vs_oracle = e2e.ratio("pearl_sched", "oracle") or 0.0
+        line("pearl_sched_within_3pct_of_oracle", f"{vs_oracle:.3f}", vs_oracle >= 0.97)
+    others = [r for r in reports if "pearl" in r.runs and "pearl_sched" in r.runs]
+    if others:
+        worst = min((r.ratio("pearl_sched", "pearl") or 0.0, r.scenario.name) for r in others)
+        line("pearl_sched>=pearl_every_scenario", f"{worst[0]:.3f}@{worst[1]}", worst[0] >= 1 - 1e-9)
+    ours = [(gap, equal) for name, gap, equal in selection if name == "improved"]
+    if ours:
+        share = sum(equal for _, equal in ours) / len(ours)
+        mean_gap = statistics.fmean(gap for gap, _ in ours)
+        line("ratio_equal_best>=90pct", f"{100 * share:.0f}%", share >= 0.9)
+        line("ratio_mean_gap<=1pct", f"{mean_gap:.2f}%", mean_gap <= 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=default_data())
+    parser.add_argument("--only", default="scenarios,ratio,crossover")
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    parts = set(args.only.split(","))
+    start = time.perf_counter()
+    reports = scenarios(args.data, args.processes) if "scenarios" in parts else []
+    selection = ratio_selection(args.data, args.processes) if "ratio" in parts else []
+    if "crossover" in parts:
+        crossover(args.data)
+    targets(reports, selection)
+    print(f"# reproduce: {time.perf_counter() - start:.0f} s wall", flush=True)
+
+
+if __name__ == "__main__":
+    main()
