@@ -182,7 +182,9 @@ class PlannerDecider:
                     state = state.model_copy(update={"workload": workload})
                     continue
                 self.last_error = str(exc)
-                logger.info("%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc)
+                logger.info(
+                    "%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc
+                )
                 return None
         self.current = result
         return result

@@ -1,0 +1,113 @@
+"""Place SGLang servers on the GPUs of a Ray cluster: one placement group (one bundle) per TP group.
+
+:class:`RayLauncher` implements :class:`~pearl_sched.adapters.launcher.Launcher`. For each server it reserves
+a bundle of ``{"GPU": tp, "CPU": 1}`` packed on one node (``STRICT_PACK``: a TP group never spans nodes),
+starts a small actor in it, and the actor launches the server from its argv with ``CUDA_VISIBLE_DEVICES`` set to
+the GPUs Ray gave it, on that node's IP. ``stop`` stops the server, the actor and the placement group. The
+control loop itself runs anywhere that can reach the Ray cluster and the gateway (docs/adapters.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pearl_sched.adapters.http import AdapterError
+from pearl_sched.adapters.launcher import SGLANG, ServerSpec, SubprocessLauncher
+from pearl_sched.errors import MissingExtraError
+
+try:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+except ImportError as exc:  # pragma: no cover - the ray extra installs it
+    raise MissingExtraError(exc.name or "ray", "ray") from exc
+
+
+class _ServerActor:
+    """Runs one server process on the node and GPUs Ray placed it on."""
+
+    def __init__(self, command: Sequence[str], log_dir: str | None) -> None:
+        self.launcher = SubprocessLauncher(command, log_dir=log_dir)
+        self.handle: Any = None
+
+    def start(self, spec: ServerSpec, ready_timeout_s: float) -> tuple[str, tuple[int, ...]]:
+        gpus = tuple(int(g) for g in ray.get_gpu_ids())
+        host = spec.host if spec.host not in ("127.0.0.1", "localhost") else ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        placed = dataclasses.replace(spec, gpu_ids=gpus or spec.gpu_ids, host=host)
+        self.handle = self.launcher.start(placed, ready_timeout_s=ready_timeout_s)
+        return host, placed.gpu_ids
+
+    def alive(self) -> bool:
+        return self.handle is not None and self.handle.alive()
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.launcher.stop(self.handle)
+            self.handle = None
+
+
+@dataclass
+class RayHandle:
+    spec: ServerSpec
+    actor: Any
+    group: Any
+    devices: tuple[int, ...]
+
+    def alive(self) -> bool:
+        try:
+            return bool(ray.get(self.actor.alive.remote(), timeout=10))
+        except Exception:
+            return False
+
+
+class RayLauncher:
+    """Servers as processes of Ray actors, one placement group per TP group."""
+
+    def __init__(
+        self, command: Sequence[str] = SGLANG, *, log_dir: str | None = None, placement_timeout_s: float = 60.0
+    ):
+        if not ray.is_initialized():
+            raise AdapterError("Ray is not initialised: call ray.init(address=...) before creating a RayLauncher")
+        self.command = tuple(command)
+        self.log_dir = log_dir
+        self.placement_timeout_s = placement_timeout_s
+        self._actor: Any = ray.remote(_ServerActor)
+
+    def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> RayHandle:
+        tp = len(spec.gpu_ids)
+        group = placement_group([{"GPU": tp, "CPU": 1}], strategy="STRICT_PACK", name=f"pearl-sched-{spec.slot}")
+        try:
+            ray.get(group.ready(), timeout=self.placement_timeout_s)
+        except Exception as exc:
+            remove_placement_group(group)
+            raise AdapterError(
+                f"no node has {tp} free GPU(s) for {spec.slot} within {self.placement_timeout_s:g} s: {exc}"
+            ) from None
+        env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        actor: Any = self._actor.options(
+            num_cpus=1,
+            num_gpus=tp,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0),
+            runtime_env={"env_vars": env},
+        ).remote(self.command, self.log_dir)
+        try:
+            host, devices = ray.get(actor.start.remote(spec, ready_timeout_s), timeout=ready_timeout_s + 30)
+        except Exception as exc:
+            ray.kill(actor)
+            remove_placement_group(group)
+            cause = exc.cause if hasattr(exc, "cause") and exc.cause is not None else exc
+            raise AdapterError(f"server {spec.slot} failed to start on Ray: {cause}") from None
+        return RayHandle(dataclasses.replace(spec, host=host), actor, group, devices)
+
+    def stop(self, handle: Any, *, grace_s: float = 10.0) -> None:
+        assert isinstance(handle, RayHandle)
+        with contextlib.suppress(Exception):
+            ray.get(handle.actor.stop.remote(), timeout=grace_s + 10)
+        ray.kill(handle.actor)
+        remove_placement_group(handle.group)

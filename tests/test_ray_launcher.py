@@ -1,0 +1,47 @@
+"""Placing servers with Ray: a local Ray cluster with four fake GPUs, fake SGLang servers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+from pearl_sched.adapters.http import AdapterError, SGLangServerClient
+from pearl_sched.adapters.launcher import FAKE, ServerSpec
+from pearl_sched.adapters.ray_launcher import RayLauncher
+
+from .test_sglang_adapter import free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_each_tp_group_gets_its_own_gpus_and_a_full_cluster_is_refused(local_ray: None, tmp_path: Path) -> None:
+    launcher = RayLauncher(FAKE, log_dir=str(tmp_path), placement_timeout_s=5.0)
+    ports = free_ports(3)
+    specs = [ServerSpec(f"w{i}", "regular", "fake/model", ports[i], gpu_ids=(0, 1)) for i in range(3)]
+    first = launcher.start(specs[0], ready_timeout_s=60)
+    second = launcher.start(specs[1], ready_timeout_s=60)
+    try:
+        assert len(first.devices) == len(second.devices) == 2
+        assert not set(first.devices) & set(second.devices)  # no GPU in two TP groups
+        for handle in (first, second):
+            assert handle.alive()
+            with SGLangServerClient(handle.spec.url) as client:
+                assert client.server_info()["tp_size"] == 2
+        with pytest.raises(AdapterError, match="no node has 2 free GPU"):
+            launcher.start(specs[2], ready_timeout_s=60)
+    finally:
+        launcher.stop(first)
+    third = launcher.start(specs[2], ready_timeout_s=60)  # the stopped group's GPUs are free again
+    assert set(third.devices) == set(first.devices)
+    launcher.stop(third)
+    launcher.stop(second)
