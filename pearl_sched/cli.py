@@ -281,7 +281,7 @@ def _print_report(report: Any) -> None:
             str(row["steps"]),
             str(row["carried_over"]),
         )
-    console.print(table, width=max(console.width, 130))
+    Console(width=max(console.width, 140)).print(table)  # wide enough for every column, even in a pipe
 
 
 @app.command("simulate")

@@ -84,3 +84,41 @@ def test_plan_with_the_improved_predictor() -> None:
     assert result.exit_code == 0, result.output
     assert Plan.model_validate_json(result.stdout).model == "improved"
     assert runner.invoke(app, ["plan", str(EXAMPLES / "running.json"), "--predictor", "oracle"]).exit_code == 2
+
+
+def test_simulate_writes_a_report_and_plots(tmp_path: Path) -> None:
+    from .test_sim_cluster import DATA, tiny
+
+    scenario = tmp_path / "tiny.json"
+    scenario.write_text(tiny().model_copy(update={"name": "tiny"}).model_dump_json())
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            str(scenario),
+            "-p",
+            "roll",
+            "-p",
+            "pearl_sched",
+            "--out",
+            str(tmp_path / "out"),
+            "--data",
+            str(DATA),
+            "--processes",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "pearl_sched" in result.output and "vs ROLL" in result.output
+    report = json.loads((tmp_path / "out" / "tiny" / "report.json").read_text())
+    assert {row["policy"] for row in report["summary"]} == {"roll", "pearl_sched"}
+    assert all(row["carried_over"] >= 0 for row in report["summary"])
+    for name in ("throughput.png", "timeline.png", "ratio.png"):
+        assert (tmp_path / "out" / "tiny" / name).stat().st_size > 10_000
+
+
+def test_simulate_rejects_unknown_scenarios_and_policies(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", "no-such-scenario", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "shipped scenarios" in result.output
+    result = runner.invoke(app, ["simulate", "e2e", "-p", "magic", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown policies ['magic']" in result.output
