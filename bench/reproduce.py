@@ -19,7 +19,7 @@ disaggregated configuration against colocated, on the e2e workload and on the sh
     crossover workload=<name> batch=<b> colocated_s=<x> best_disaggregated=<pPdD> disaggregated_s=<y> gain_pct=<z>
 
 Then the issue's targets, each with met=yes|no. Usage:
-    python bench/reproduce.py [--only scenarios,ratio,crossover] [--processes 2]
+    python bench/reproduce.py [--only scenarios,ratio,crossover] [--processes 2] [--out DIR (reports, plots)]
 """
 
 from __future__ import annotations
@@ -57,12 +57,18 @@ def _fmt(x: float | None) -> str:
     return "nan" if x is None else f"{x:.3f}"
 
 
-def scenarios(data: Path, processes: int) -> list[Report]:
+def scenarios(data: Path, processes: int, out: Path | None) -> list[Report]:
     reports = []
     for name in ("e2e", "ablation", "sensitivity"):
         for scenario in load_scenario(name).expand():
             report = run_scenario(scenario, list(scenario.policies), data, processes=processes)
             reports.append(report)
+            if out is not None:
+                from pearl_sched.sim.plots import plot_report
+
+                target = out / scenario.name.replace("/", "-")
+                report.write(target / "report.json")
+                plot_report(report, target)
             for policy, run in report.runs.items():
                 for seg in [*run.segments, None]:
                     segment = seg.segment if seg is not None else "all"
@@ -179,10 +185,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--only", default="scenarios,ratio,crossover")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
     args = parser.parse_args()
     parts = set(args.only.split(","))
     start = time.perf_counter()
-    reports = scenarios(args.data, args.processes) if "scenarios" in parts else []
+    reports = scenarios(args.data, args.processes, args.out) if "scenarios" in parts else []
     selection = ratio_selection(args.data, args.processes) if "ratio" in parts else []
     if "crossover" in parts:
         crossover(args.data)
