@@ -34,8 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pearl_sched import Mode, plan
+from pearl_sched import Mode
 from pearl_sched.config import TransitionCosts
+from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
 from pearl_sched.sim.rollout import simulate_batch
@@ -123,7 +124,7 @@ def ratio_selection(data: Path, processes: int) -> list[tuple[str, float, bool]]
         cluster.trainer_idle_at = math.inf  # no training GPUs to lend: the pool is the interval's
         state = cluster.observe()
         for name in ("improved", "pearl"):
-            chosen = plan(state, setting.predictor(name), costs=FREE).ratio
+            chosen = plan_resident(state, setting.predictor(name), costs=FREE)[0].ratio
             gap = 100 * (measured[chosen] - measured[best]) / measured[best]
             outcomes.append((name, gap, chosen == best))
             print(

@@ -160,34 +160,55 @@ class PlannerDecider:
         self.last_error: str = ""
 
     def decide(self, event: Event, state: ClusterState) -> Plan | None:
-        self.last_error = ""
-        while True:
-            try:
-                result = plan(
-                    state,
-                    self.model,
-                    current=self.current,
-                    costs=self.planning_costs,
-                    policy=self.policy,
-                    backend=self.backend,
-                )
-                break
-            except InfeasiblePlanError as exc:
-                unfinished = state.workload.unfinished
-                if exc.binding_constraint == "kv_capacity" and unfinished > 1:
-                    # More trajectories than the KV cache of every GPU holds: the engines queue the rest, so
-                    # plan for the half that can be resident, and say so.
-                    self.last_error = f"KV for {unfinished} trajectories exceeds the cluster's; planned for fewer"
-                    workload = state.workload.model_copy(update={"unfinished": unfinished // 2})
-                    state = state.model_copy(update={"workload": workload})
-                    continue
-                self.last_error = str(exc)
-                logger.info(
-                    "%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc
-                )
-                return None
+        try:
+            result, relaxed = plan_resident(
+                state,
+                self.model,
+                current=self.current,
+                costs=self.planning_costs,
+                policy=self.policy,
+                backend=self.backend,
+            )
+        except InfeasiblePlanError as exc:
+            self.last_error = str(exc)
+            logger.info("%s: no feasible plan at %.0f s (%s); keeping the configuration", self.name, event.at_s, exc)
+            return None
+        self.last_error = relaxed
         self.current = result
         return result
+
+
+def plan_resident(state: ClusterState, model: MakespanModel, **options: Any) -> tuple[Plan, str]:
+    """:func:`plan`, except that when only the KV requirement binds — more trajectories than the KV cache of
+    every GPU holds — it plans for the most trajectories that can be resident (found by bisection; the
+    engines queue the rest). Returns the plan and a note saying what was relaxed ("" when nothing was)."""
+    try:
+        return plan(state, model, **options), ""
+    except InfeasiblePlanError as exc:
+        if exc.binding_constraint != "kv_capacity" or state.workload.unfinished <= 1:
+            raise
+        first = exc
+
+    def attempt(unfinished: int) -> Plan | None:
+        workload = state.workload.model_copy(update={"unfinished": unfinished})
+        try:
+            return plan(state.model_copy(update={"workload": workload}), model, **options)
+        except InfeasiblePlanError as exc:
+            if exc.binding_constraint != "kv_capacity":
+                raise
+            return None
+
+    lo, hi, best = 0, state.workload.unfinished, None  # lo fits (or is 0), hi does not
+    while hi - lo > max(1, hi // 64):  # to within ~1.5%: a handful of plans
+        mid = (lo + hi) // 2
+        found = attempt(mid)
+        if found is None:
+            hi = mid
+        else:
+            lo, best = mid, found
+    if best is None:
+        raise first
+    return best, f"KV for {state.workload.unfinished} trajectories exceeds the cluster's; planned for {lo} resident"
 
 
 @dataclass(frozen=True)
