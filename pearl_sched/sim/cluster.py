@@ -67,7 +67,7 @@ class StepRecord:
     ratio_at_start: str
     borrowed_workers: int
     preempted_workers: int
-    resubmitted_tokens: int
+    reprefilled_tokens: int  # prefixes prefilled again after their worker left mid-turn
 
     @property
     def throughput_tok_s(self) -> float:
@@ -141,7 +141,6 @@ class SimCluster:
         self.timeline: list[tuple[float, str, str]] = []
         self.preempted = 0
         self.last_result: BatchResult | None = None
-        self.apply_hook: Callable[[ApplyReport], None] | None = None
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -211,10 +210,7 @@ class SimCluster:
             if self.batch is not None:
                 heapq.heappush(self.pending, (slot.ready_at, slot.id))
         self.initial = False
-        report = ApplyReport(changed=tuple(changed), seconds_lost=lost)
-        if self.apply_hook is not None:
-            self.apply_hook(report)
-        return report
+        return ApplyReport(changed=tuple(changed), seconds_lost=lost)
 
     def telemetry(self) -> Mapping[str, float]:
         result = self.last_result
@@ -499,7 +495,9 @@ def run_segment(
         result, back, borrowed = cluster.finish_batch()
         end = cluster.now
         train_start = max(back, train_end_prev)
-        tokens = sum(sum(u.appended_tokens + u.generated_tokens for u in tr.turns) for tr in setting.batch(step))
+        batch = setting.batch(step)
+        appended = sum(u.appended_tokens for tr in batch for u in tr.turns)
+        tokens = appended + sum(tr.generated_tokens for tr in batch)
         train_end = train_start + setting.training_s(tokens)
         steps.append(
             StepRecord(
@@ -514,8 +512,7 @@ def run_segment(
                 ratio_at_start=ratio_at_start,
                 borrowed_workers=borrowed,
                 preempted_workers=cluster.preempted - preempted_before,
-                resubmitted_tokens=result.prefill_tokens
-                - sum(sum(u.appended_tokens for u in tr.turns) for tr in setting.batch(step)),
+                reprefilled_tokens=result.prefill_tokens - appended,
             )
         )
         ratios.append((end, "idle"))
