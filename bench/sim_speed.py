@@ -5,7 +5,10 @@ Qwen3-8B on 8 H200 TP2 workers with kernel-composed step times, 3P5D — until t
 
     sim_speed scenario=<name> simulated_s=<x> wall_s=<y> batches=<k> events=<n> setup_s=<z>
 
-``setup_s`` is the one-off reading of the kernel tables, outside ``wall_s``.
+``setup_s`` is the one-off reading of the kernel tables, outside ``wall_s``. Then each 2-hour segment of the
+e2e scenario under pearl_sched — batches, trainer, borrowing, preemption and a plan() at every decision point:
+
+    sim_speed scenario=e2e/<segment> policy=pearl_sched simulated_s=<x> wall_s=<y> steps=<k> decisions=<n>
 
 Target (issue 4): a 2-hour segment in ≤ 30 s of wall time.
 Usage: python bench/sim_speed.py [--hours 2]
@@ -74,6 +77,19 @@ def main() -> None:
         f" batches={batches} events={events} setup_s={setup_s:.2f}",
         flush=True,
     )
+    from pearl_sched.sim.experiment import run_policy_segment, setting_for
+    from pearl_sched.sim.scenario import load_scenario
+
+    scenario = load_scenario("e2e")
+    setting_for(scenario, args.data)
+    for index, segment in enumerate(scenario.segments):
+        start = time.perf_counter()
+        result = run_policy_segment(scenario, "pearl_sched", index, args.data)
+        print(
+            f"sim_speed scenario=e2e/{segment.name} policy=pearl_sched simulated_s={segment.duration_s:.0f}"
+            f" wall_s={time.perf_counter() - start:.2f} steps={len(result.steps)} decisions={result.decisions}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
