@@ -23,6 +23,7 @@ from pearl_sched import (
     Mode,
     PolicyConfig,
     Role,
+    TransitionCosts,
     Zone,
     apply_actions,
     plan,
@@ -108,7 +109,14 @@ def test_plan_invariants(s: object) -> None:
         forced = sum(1 for w in members if _must_leave(gpus[w.gpu_ids[0]]) and w.rollout_role is not None)
         target = Counter(roles[w.id] for w in usable)
         changed = sum(1 for w in members if w.rollout_role != roles[w.id])
-        assert changed == forced + minimal_changes([w.rollout_role for w in usable], target)
+        minimal = forced + minimal_changes([w.rollout_role for w in usable], target)
+        if s.mode is not None and s.mode is not p.mode:  # type: ignore[attr-defined]
+            # A mode switch restarts workers (preparation + finalisation each) while new workers are admitted
+            # as one group (one finalisation pause): fewest *seconds* may take more than fewest *changes*,
+            # e.g. stop a decode worker and admit two colocated ones rather than restart it and admit one.
+            assert changed >= minimal
+        else:
+            assert changed == minimal
 
 
 def _must_leave(gpu: object) -> bool:
@@ -267,3 +275,21 @@ def test_bad_time_limit_is_rejected(bad: float) -> None:
 def test_unknown_backend_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown solver backend 'gurobi'"):
         plan(state([Slot()]), MODEL, backend="gurobi")
+
+
+def test_a_mode_switch_may_trade_a_restart_for_a_cheaper_admission() -> None:
+    # Found by the property test: a 1P1D pool whose prefill worker must go back to the trainer, two GPUs of
+    # budget. Restarting the decode worker as colocated (67.3 s) and admitting one more (67.3 s) costs more than
+    # stopping it (3.2 s) and admitting two as one group (one preparation in the background, one pause).
+    slots = [Slot()] * 7 + [Slot(role=Role.DECODE), Slot(zone=Zone.OVERLAP, role=Role.PREFILL, reclaim_in_s=0.0)]
+    load = workload(batch_size=64, unfinished=64, generated_tokens_per_turn=800.0, appended_tokens_per_turn=150.0)
+    p = plan(state(slots, max_gpus=2, load=load), MODEL, time_limit_s=30.0)
+    assert p.ratio == "2C"
+    assert [(a.kind.value, a.worker_id) for a in p.actions] == [
+        ("return", "w008"),
+        ("shrink", "w007"),
+        ("expand", "w000"),
+        ("expand", "w001"),
+    ]
+    costs = TransitionCosts()
+    assert p.transition_cost_s < costs.restart_s + costs.preparation_s + costs.finalisation_s
