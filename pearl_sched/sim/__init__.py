@@ -1,9 +1,11 @@
-"""The simulated rollout cluster: pearl_sched's embedded default backend.
+"""The simulated rollout cluster: pearl_sched's embedded default backend (docs/simulator.md).
 
-This first part simulates one multi-turn rollout batch on a fixed pool (:mod:`~pearl_sched.sim.rollout`),
-with worker step times from PEARL's parameters or kernel-composed profiles (:mod:`~pearl_sched.sim.steptimes`),
-and reads scenario files (:mod:`~pearl_sched.sim.scenario`) with their availability segments
-(:mod:`~pearl_sched.sim.availability`). It is the ground truth the makespan predictors are measured against.
+One batch on a pool whose workers join and leave (:mod:`~pearl_sched.sim.rollout`), with step times from
+PEARL's parameters or kernel-composed profiles (:mod:`~pearl_sched.sim.steptimes`) — the ground truth the
+makespan predictors are measured against; a segment over time with the trainer, borrowing, preemption and
+transition delays (:mod:`~pearl_sched.sim.cluster`, a ``ClusterAdapter``); scenario files and their
+availability segments (:mod:`~pearl_sched.sim.scenario`, :mod:`~pearl_sched.sim.availability`); the policies
+compared (:mod:`~pearl_sched.sim.baselines`) and the comparison runner (:mod:`~pearl_sched.sim.experiment`).
 """
 
 from pearl_sched.sim.availability import AvailabilityTrace, TraceFormatError
