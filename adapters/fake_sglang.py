@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import sys
 import threading
 import time
@@ -39,6 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+logger = logging.getLogger("pearl_sched.adapters.fake_sglang")
 
 VERSION = "0.5.21"
 ROLE_SWITCH_BACKENDS = ("mooncake", "mori")
@@ -502,13 +505,14 @@ def parse_args(argv: list[str]) -> FakeConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         server = FakeSGLangServer(config).start()
     except Exception as exc:
-        print(f"fake SGLang server failed to start: {exc}", file=sys.stderr)
+        logger.error("fake SGLang server failed to start: %s", exc)
         raise SystemExit(1) from None
-    print(f"fake SGLang server on {server.url} ({config.disaggregation_mode})", flush=True)
+    logger.info("fake SGLang server on %s (%s)", server.url, config.disaggregation_mode)
     try:
         while True:
             time.sleep(3600)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pearl_sched.adapters.http import AdapterError, GatewayClient, poll
+from pearl_sched.adapters.launcher import stop_process_group
 
 
 @dataclass(frozen=True)
@@ -113,16 +113,8 @@ class Gateway:
 
     def stop(self, *, grace_s: float = 5.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=grace_s)
-        except ProcessLookupError:
-            pass
+        if process is not None:
+            stop_process_group(process, grace_s=grace_s)
 
     def __enter__(self) -> Gateway:
         return self.start() if self.process is None else self

@@ -51,6 +51,13 @@ class _Client:
     def close(self) -> None:
         self.http.close()
 
+    def healthy(self) -> bool:
+        """``GET /health`` answers 200 (servers and the gateway both serve it)."""
+        try:
+            return self.http.get("/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def __enter__(self) -> Self:
         return self
 
@@ -144,12 +151,6 @@ class SGLangServerClient(_Client):
     def server_info(self) -> dict[str, Any]:
         data: dict[str, Any] = self.call("GET", "/server_info", idempotent=True).json()
         return data
-
-    def healthy(self) -> bool:
-        try:
-            return self.http.get("/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def supports_role_switch(self, info: Mapping[str, Any] | None = None) -> bool:
         """``/pd_role_switch`` exists from 0.5.21, needs the flag at launch and a mooncake or mori backend."""
@@ -289,9 +290,3 @@ class GatewayClient(_Client):
     def find(self, url: str) -> dict[str, Any] | None:
         url = url.rstrip("/")
         return next((w for w in self.workers() if str(w.get("url", "")).rstrip("/") == url), None)
-
-    def healthy(self) -> bool:
-        try:
-            return self.http.get("/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False

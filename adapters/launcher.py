@@ -148,14 +148,19 @@ class SubprocessLauncher:
 
     def stop(self, handle: Handle, *, grace_s: float = 10.0) -> None:
         assert isinstance(handle, ProcessHandle)
-        process = handle.process
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=grace_s)
-            except ProcessLookupError:
-                pass
+        stop_process_group(handle.process, grace_s=grace_s)
         handle.log.close()
+
+
+def stop_process_group(process: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    """SIGTERM a process started in its own session and its children; SIGKILL after ``grace_s``."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=grace_s)
+    except ProcessLookupError:
+        pass

@@ -34,24 +34,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import FREE
 from pearl_sched import Mode
-from pearl_sched.config import TransitionCosts
 from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
-
-FREE = TransitionCosts(
-    preparation_s=0,
-    finalisation_s=0,
-    activation_s=0,
-    deactivation_s=0,
-    role_switch_s=0,
-    restart_s=0,
-    stop_s=0,
-    volatile_decode_s=0,
-)
 
 
 def _fmt(x: float | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -171,8 +172,6 @@ def run_scenario(
     on_done: Callable[[str, str], None] | None = None,
 ) -> Report:
     """Every policy over every segment; ``processes`` > 1 runs pairs in parallel."""
-    import time
-
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ScenarioError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")

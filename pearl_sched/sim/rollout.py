@@ -501,6 +501,11 @@ def simulate_batch(
     return RolloutSimulation(pool, trajectories, changes).run()
 
 
+def environment_times(rng: np.random.Generator, mean_s: float, std_s: float, turns: int) -> np.ndarray:
+    """Environment seconds after each of ``turns`` turns: Normal(mean, std) clipped at zero (RollArt)."""
+    return np.maximum(rng.normal(mean_s, std_s, turns), 0.0) if std_s > 0 else np.full(turns, mean_s)
+
+
 def sample_trajectories(
     count: int,
     *,
@@ -516,9 +521,7 @@ def sample_trajectories(
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(count):
-        envs = (
-            np.maximum(rng.normal(env_mean_s, env_std_s, turns), 0.0) if env_std_s > 0 else np.full(turns, env_mean_s)
-        )
+        envs = environment_times(rng, env_mean_s, env_std_s, turns)
         out.append(
             TrajectorySpec(
                 tuple(

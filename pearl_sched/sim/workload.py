@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pearl_sched.errors import PearlSchedError
-from pearl_sched.sim.rollout import TrajectorySpec, Turn
+from pearl_sched.sim.rollout import TrajectorySpec, Turn, environment_times
 
 SOURCES = ("tau-bench", "tau-bench+mooncake-outputs")
 
@@ -110,7 +110,7 @@ class AgenticTurns:
                 generated = list(shape.generated)
             if output_scale != 1.0:
                 generated = [max(1, round(g * output_scale)) for g in generated]
-            envs = np.maximum(rng.normal(env_mean_s, env_std_s, n), 0.0) if env_std_s > 0 else np.full(n, env_mean_s)
+            envs = environment_times(rng, env_mean_s, env_std_s, n)
             turns: list[Turn] = []
             context = 0
             for k in range(n):
