@@ -30,12 +30,14 @@ from pearl_sched.makespan import MakespanModel, PoolCapacity
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
     GateDecision,
+    borrow_can_pass,
     borrow_gate,
+    expansion_can_pass,
+    expansion_cost_share,
     expansion_gate,
     hysteresis,
     idle_window_allows_borrow,
     must_return,
-    toggle_cost_s,
 )
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
 from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
@@ -181,6 +183,7 @@ def plan(
     )
     solves = _Solves(backend, time_limit_s, mode=state.mode)
     problem, solution = base_problem, solves.solve(base_problem)
+    window = _idle_window_s(state, slots)
     reasons: list[str] = []
     for category, gate_fn, flag in (
         (_Category.NEW_PREEMPTIBLE, expansion_gate, "expand"),
@@ -194,7 +197,9 @@ def plan(
                 for c, full in zip(problem.classes, classes, strict=True)
             ]
         )
-        if solution is not None and not _gate_can_pass(gate_fn, solution, wider, pstate, costs):
+        if category is _Category.NEW_PREEMPTIBLE and solution is not None:
+            wider = _amortised(wider, expansion_cost_share(solution.makespan_s, rho, pstate, costs, policy))
+        if solution is not None and not _gate_can_pass(gate_fn, solution, wider, pstate, costs, policy, window):
             reasons.append(f"no {flag}: even unlimited use of the extra GPUs could not pay off")
             continue
         wider_solution = solves.solve(wider)
@@ -203,7 +208,7 @@ def plan(
         if solution is None:
             gate = GateDecision(True, f"{flag}: needed for a feasible configuration")
         else:
-            gate = _gate(gate_fn, solution, wider_solution, rho, pstate, costs)
+            gate = _gate(gate_fn, solution, wider_solution, rho, pstate, costs, policy, window)
         reasons.append(gate.reason)
         if gate.allow:
             problem, solution = wider, wider_solution
@@ -273,6 +278,8 @@ def _gate(
     rho: float,
     pstate: PolicyState,
     costs: TransitionCosts,
+    policy: PolicyConfig,
+    idle_window_s: float | None,
 ) -> GateDecision:
     if gate_fn is expansion_gate:
         return expansion_gate(
@@ -281,6 +288,7 @@ def _gate(
             unfinished_fraction=rho,
             state=pstate,
             costs=costs,
+            config=policy,
         )
     return borrow_gate(
         makespan_dedicated_s=without.makespan_s,
@@ -288,6 +296,8 @@ def _gate(
         unfinished_fraction=rho,
         state=pstate,
         costs=costs,
+        config=policy,
+        idle_window_s=idle_window_s,
     )
 
 
@@ -297,6 +307,8 @@ def _gate_can_pass(
     wider: ClassProblem,
     pstate: PolicyState,
     costs: TransitionCosts,
+    policy: PolicyConfig,
+    idle_window_s: float | None,
 ) -> bool:
     """Whether the gate could pass at all: with every role at its full capacity in ``wider`` (a lower bound
     on any configuration's makespan there), is the gain above the gate's cost? Saves a solve when not."""
@@ -304,9 +316,46 @@ def _gate_can_pass(
     bounds = [wider.terms.colocated.time_s(full[Role.COLOCATED])]
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
     lower = min(bounds) + wider.terms.environment_s
-    gain_bound = wider.unfinished_fraction * (without.makespan_s - lower)
-    threshold = costs.finalisation_s if gate_fn is expansion_gate else toggle_cost_s(pstate, costs)
-    return gain_bound > threshold
+    rho = wider.unfinished_fraction
+    if gate_fn is expansion_gate:
+        return expansion_can_pass(
+            makespan_without_s=without.makespan_s,
+            makespan_lower_bound_s=lower,
+            unfinished_fraction=rho,
+            state=pstate,
+            costs=costs,
+            config=policy,
+        )
+    return borrow_can_pass(
+        makespan_dedicated_s=without.makespan_s,
+        makespan_lower_bound_s=lower,
+        unfinished_fraction=rho,
+        state=pstate,
+        costs=costs,
+        config=policy,
+        idle_window_s=idle_window_s,
+    )
+
+
+def _amortised(problem: ClassProblem, share: float) -> ClassProblem:
+    """New preemptible slots' start costs and the admission pause, times ``share`` (paid once, spread over
+    the batches the slots are expected to serve; docs/policies.md)."""
+    if share >= 1.0:
+        return problem
+    classes = [
+        replace(c, cost={r: v * share for r, v in c.cost.items()}) if _cat(c) is _Category.NEW_PREEMPTIBLE else c
+        for c in problem.classes
+    ]
+    return replace(problem.with_classes(classes), admission_pause_s=problem.admission_pause_s * share)
+
+
+def _idle_window_s(state: ClusterState, slots: Iterable[_Slot]) -> float | None:
+    """Seconds until the trainer needs the training GPUs that could be lent now (None: none could)."""
+    index = state.gpu_index()
+    windows = [
+        index[g].reclaim_in_s or 0.0 for s in slots if s.category is _Category.NEW_OVERLAP for g in s.worker.gpu_ids
+    ]
+    return min(windows) if windows else None
 
 
 def _hysteresis(
