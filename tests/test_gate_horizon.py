@@ -9,7 +9,9 @@ preparation and residence it must decide exactly as PEARL's one-batch rule does.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,8 +26,13 @@ from pearl_sched.policies import (
     expansion_ready_s,
     expansion_value_s,
 )
+from pearl_sched.sim.availability import AvailabilityTrace
+from pearl_sched.sim.experiment import fitted_hazard_per_s
+from pearl_sched.sim.scenario import load_scenario
 from pearl_sched.state import Role, Zone
 from tests.builders import MODEL, Slot, state, workload
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 COSTS = TransitionCosts()  # PEARL Table 3, Qwen3-8B: preparation 56.29 s, finalisation 11.05 s
 RESIDENCE = PolicyConfig()
@@ -217,3 +224,15 @@ def test_plan_admits_preemptible_gpus_on_short_batches_only_with_the_horizon() -
     assert ours.makespan.total_s < COSTS.preparation_s  # the batch is shorter than one preparation
     assert ours.decision.expanded and ours.gpus_used == 4, ours.decision.reason
     assert not pearl.decision.expanded and pearl.gpus_used == 2, pearl.decision.reason
+
+
+def test_hazard_is_departures_over_exposure() -> None:
+    # 4 live for 10 s, 2 for 10 s, 3 for 10 s, 0 for 10 s: 2 + 3 departures over 90 unit-seconds.
+    trace = AvailabilityTrace(np.array([0.0, 10.0, 20.0, 30.0]), np.array([4.0, 2.0, 3.0, 0.0]), 40.0)
+    assert trace.preemption_hazard_per_s() == pytest.approx(5 / 90)
+    assert AvailabilityTrace(np.zeros(1), np.array([3.0]), 100.0).preemption_hazard_per_s() == 0.0
+
+
+def test_the_simulated_pearl_sched_starts_from_bamboos_hazard() -> None:
+    scenario = load_scenario("e2e")
+    assert fitted_hazard_per_s(scenario, DATA) == pytest.approx(BAMBOO.preemption_hazard_per_s)
