@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.metrics import mean_absolute_percentage_error
 
+from pearl_sched.errors import PearlSchedError
 from pearl_sched.profiles.components import (
     ComponentModel,
     ExtrapolationWarning,
@@ -30,7 +31,7 @@ from pearl_sched.profiles.components import (
     TableInterpolator,
     from_json,
 )
-from pearl_sched.profiles.dataset import ProfileDataset, Target
+from pearl_sched.profiles.dataset import REQUIRED, ProfileDataset, Target
 
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "prefill": (("tokens", "cached_tokens", "batch_size", "tp"), "prefill"),
@@ -143,6 +144,19 @@ def _make(kind: str, design: str) -> ComponentModel:
     return TableInterpolator(design)
 
 
+class ProfileFitError(PearlSchedError, ValueError):
+    """A group of profile rows that holds nothing to fit (a required column that is zero in every row)."""
+
+
+def _check_informative(rows: ProfileDataset, target: str) -> None:
+    group = "/".join(str(rows[c][0]) for c in ("source", "gpu_type", "model"))
+    for column in REQUIRED[target]:
+        if not np.any(rows[column].astype(float) > 0):
+            raise ProfileFitError(
+                f"{group} {target}: {column} is zero in every one of its {len(rows)} rows: nothing to fit"
+            )
+
+
 def fit_component(
     data: ProfileDataset,
     target: Target,
@@ -156,6 +170,7 @@ def fit_component(
     rows = data.select(target=target)
     if len(rows) < 3:
         raise ValueError(f"{target}: need at least 3 rows to fit, found {len(rows)}")
+    _check_informative(rows, target)
     names, design = FEATURES[target]
     rows, X, y, n_anomalous = _screened(rows, target)
     train, test = split_by_configuration(X, heldout, seed, split)
