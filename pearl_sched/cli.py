@@ -115,6 +115,8 @@ def plan_command(
     except InfeasiblePlanError as exc:
         extra = f" (need ≥ {exc.min_gpus_needed} GPUs)" if exc.min_gpus_needed is not None else ""
         _fail(f"infeasible: {exc}{extra}; binding constraint: {exc.binding_constraint}", EXIT_INFEASIBLE)
+    except OverflowError:
+        _fail(f"{request}: a number in the request is too large for the planner's floating-point arithmetic")
     except ValidationError as exc:  # a value the planner derived from the inputs is out of range
         _fail(f"{request}: the request's numbers overflow in the planner ({exc.title}): {validation_summary(exc)}")
     except (PearlSchedError, ValueError) as exc:
@@ -193,6 +195,7 @@ def fit_command(
     _check_writable_file(output, "-o/--output")
     if plot is not None:
         _check_writable_dir(plot, "--plot")
+    sources = ", ".join(map(str, data))
     parts = []
     with Progress(console=errors, transient=True) as progress:
         reading = progress.add_task("reading", total=len(data))
@@ -212,10 +215,13 @@ def fit_command(
         try:
             models = fit_profiles(dataset, kind=kind, split=split, progress=step)  # type: ignore[arg-type]
         except ProfileFitError as exc:
-            _fail(str(exc))
+            _fail(f"{sources}: {exc}")
     if not models.components:
         dropped = ", ".join(f"{k} ×{v}" for k, v in sorted(dataset.dropped.items()))
-        _fail("no group had the 3 rows a fit needs" + (f"; rows dropped as unusable: {dropped}" if dropped else ""))
+        _fail(
+            f"{sources}: no group had the 3 rows a fit needs"
+            + (f"; rows dropped as unusable: {dropped}" if dropped else "")
+        )
     table = Table(title=f"{len(dataset)} rows fitted into {len(models.components)} model(s)", show_edge=False)
     for column in ("source", "gpu", "model", "target", "kind", "train", "held out", "MAPE %", "anomalous"):
         table.add_column(column, justify="right" if column in ("train", "held out", "MAPE %", "anomalous") else "left")

@@ -9,6 +9,7 @@ multiplied, rather than failing later inside the planner.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Self
 
 from pydantic import Field, model_validator
@@ -17,6 +18,8 @@ from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.makespan import DeviceParams, PearlParams
 from pearl_sched.plans import PolicyState
 from pearl_sched.state import ClusterState, Frozen
+
+_MAX_FLOAT_INTEGER = int(sys.float_info.max)
 
 
 class PlanRequest(Frozen):
@@ -42,6 +45,8 @@ def _pearl_products(request: PlanRequest) -> dict[str, list[tuple[str, float]]]:
     """Each product of inputs in PEARL's pool terms (docs/makespan.md), with the fields that make it."""
     w = request.state.workload
     s = ("state.workload.turns", w.turns)
+    if w.batch_size > _MAX_FLOAT_INTEGER:
+        raise ValueError(f"state.workload.batch_size is {len(str(w.batch_size))} digits long, too large for a float")
     b = ("state.workload.batch_size", float(w.batch_size))
     dl = ("state.workload.appended_tokens_per_turn", w.appended_tokens_per_turn)
     r = ("state.workload.generated_tokens_per_turn", w.generated_tokens_per_turn)

@@ -282,6 +282,8 @@ def _npz(path: Path, keys: Sequence[str]) -> dict[str, NDArray[np.float64]]:
             if missing:
                 raise ProfileFormatError(path, f"missing arrays {missing}")
             arrays = {k: np.asarray(data[k], dtype=float) for k in keys}
+    except ProfileFormatError:
+        raise
     except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
         raise ProfileFormatError(
             path, f"not a readable npz archive (truncated or damaged: {type(exc).__name__})"

@@ -70,9 +70,15 @@ def check_limits(scenario: Scenario, source: object) -> None:
     for key, (field, value) in sizes.items():
         if value > LIMITS[key]:
             raise ScenarioError(
-                f"{source}: {field} is {value:g}, over the simulator's limit of {LIMITS[key]:g}; "
+                f"{source}: {field} is {_show(value)}, over the simulator's limit of {LIMITS[key]:g}; "
                 "larger settings would run for hours (see docs/reliability.md)"
             )
+
+
+def _show(value: float) -> str:
+    if isinstance(value, int) and len(str(value)) > 15:
+        return f"a {len(str(value))}-digit number"
+    return f"{value:g}"
 
 
 def _check_name(value: str, what: str) -> str:
@@ -227,7 +233,11 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         message = " ".join(str(first["msg"]).removeprefix("Value error, ").split())
         raise ScenarioError(f"{path}: {where}: {message} ({exc.error_count()} error(s))") from None
     check_limits(scenario, path)
-    for variant in scenario.expand():
+    try:
+        variants = scenario.expand()
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+    for variant in variants:
         check_limits(variant, f"{path} (variant {variant.name})")
     return scenario
 
