@@ -307,7 +307,14 @@ def _run_simulation(
     if not (data / "aiconfigurator-sglang").is_dir():
         _fail(f"{data} has no aiconfigurator-sglang/: pass --data or set PEARL_SCHED_DATA to the shared data")
     processes = processes or min(2, os.cpu_count() or 1)
-    for scenario in base.expand():
+    scenarios = base.expand()
+    for scenario in scenarios:  # fail before minutes of simulation, not in the middle
+        for segment in scenario.segments:
+            try:
+                scenario.availability(segment, data)
+            except (PearlSchedError, ValueError, OSError) as exc:
+                _fail(f"scenario {scenario.name}, segment {segment.name}: {exc}")
+    for scenario in scenarios:
         jobs = len(chosen) * len(scenario.segments)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=errors, transient=True) as progress:
@@ -320,6 +327,8 @@ def _run_simulation(
                 report = run_scenario(scenario, chosen, data, processes=processes, on_done=done)
             except (ScenarioError, WorkloadDataError) as exc:
                 _fail(str(exc))
+            except ValueError as exc:  # a setting the data cannot serve (an unknown model config, ...)
+                _fail(f"scenario {scenario.name}: {exc}")
         _print_report(report)
         target = _inside(out, scenario.name.replace("/", "-"))
         report.write(target / "report.json")

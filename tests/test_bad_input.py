@@ -324,3 +324,29 @@ def test_simulate_refuses_an_unwritable_out(tmp_path: Path) -> None:
     blocker.write_text("")
     one_line_error(simulate("e2e", blocker / "runs"), mentions="--out")
     one_line_error(runner.invoke(app, ["simulate", "e2e", "--processes", "-3", "--out", str(tmp_path)]))
+
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"segments": [{**SCENARIO["segments"][0], "trace_start_s": 1e12}]}, "outside the trace"),
+        ({"segments": [{**SCENARIO["segments"][0], "target_mean_rollout_gpus": 1e9}]}, "target mean"),
+        ({"model": "no-such-model", "policies": ["roll"]}, "no shipped config 'no-such-model'"),
+    ],
+)
+def test_simulate_refuses_settings_the_data_cannot_serve(tmp_path: Path, fields: dict[str, Any], problem: str) -> None:
+    if not (DATA / "aiconfigurator-sglang").is_dir():
+        pytest.skip("needs the shared data (../shared/data)")
+    path = write_json(tmp_path / "scenario.json", {**SCENARIO, **fields})
+    args = ["simulate", str(path), "--out", str(tmp_path / "runs"), "--data", str(DATA), "--processes", "1"]
+    line = one_line_error(runner.invoke(app, args), mentions="scenario e2e")
+    assert problem in line
+
+
+def test_simulate_refuses_a_fifo_scenario(tmp_path: Path) -> None:
+    fifo = tmp_path / "scenario.json"
+    os.mkfifo(fifo)
+    assert "FIFO" in one_line_error(simulate(fifo, tmp_path / "runs"), mentions=str(fifo))
