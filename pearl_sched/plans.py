@@ -56,8 +56,8 @@ class SolverInfo(Frozen):
 
     backend: str
     status: str
-    objective: float
-    bound: float | None
+    objective_s: float
+    bound_s: float | None
     rounds: int = 0
     rounding_error: NonNegFloat = 0.0
     solves: int = 0
