@@ -13,10 +13,13 @@ class PearlSchedError(Exception):
 
 
 class InvalidStateError(PearlSchedError, ValueError):
-    """The cluster state (or another input) breaks a rule of the state model.
+    """An input the planner cannot model: the makespan model has no parameters for a worker's GPU type and TP.
 
-    Pydantic's own ``ValidationError`` is raised for field-level problems; this one is raised for rules
-    that span several objects (a GPU in two workers, a TP group across nodes, ...).
+    Raised by :meth:`~pearl_sched.makespan.PearlMakespanModel.device` (so by ``plan()`` and every predictor
+    call) when a worker's (GPU type, TP degree) pair is missing from the model's parameters; the message lists
+    the pairs it knows. The cluster state's own rules — field-level ones and those that span several objects
+    (a GPU in two workers, a TP group across nodes, ...) — are checked by the state's validators, which raise
+    ``ValueError`` surfaced by Pydantic as ``ValidationError`` (docs/state.md).
     """
 
 
@@ -68,3 +71,26 @@ class MissingExtraError(PearlSchedError, ImportError):
         super().__init__(f"{package} is needed here: pip install 'pearl-sched[{extra}]'")
         self.package = package
         self.extra = extra
+
+
+class TelemetryRejected(PearlSchedError, ValueError):
+    """A step's rollout telemetry was not usable; ``reason`` says why.
+
+    Raised by :func:`pearl_sched.profiles.step_statistics`; :func:`pearl_sched.profiles.refit` catches it and
+    keeps the running estimate (docs/profiles.md).
+
+    Attributes:
+        reason: One line naming the column or rule the telemetry broke.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SimulationError(PearlSchedError, RuntimeError):
+    """The simulated cluster reached a state it cannot run from (no rollout worker, a stalled batch).
+
+    Raised by :func:`pearl_sched.sim.cluster.run_segment` and the simulated cluster it drives; it means the
+    decider under test left the cluster unable to serve, not that the simulator failed (docs/simulator.md).
+    """
