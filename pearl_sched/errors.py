@@ -26,17 +26,15 @@ class InvalidStateError(PearlSchedError, ValueError):
 class InfeasiblePlanError(PearlSchedError):
     """No configuration satisfies the budget and the constraints.
 
-    Attributes
-    ----------
-    min_gpus_needed:
-        The fewest rollout GPUs with which some configuration would be feasible, or ``None`` when no number
-        of GPUs helps (e.g. a KV requirement no pool in the cluster can meet).
-    binding_constraint:
-        Short name of the constraint that binds: ``"budget"``, ``"kv_capacity"``, ``"prefill_capacity"``,
-        ``"no_eligible_workers"`` or ``"disaggregated_needs_prefill_and_decode"``.
+    Attributes:
+        min_gpus_needed: The fewest rollout GPUs with which some configuration would be feasible, or ``None``
+            when no number of GPUs helps (e.g. a KV requirement no pool in the cluster can meet).
+        binding_constraint: Short name of the constraint that binds: ``"budget"``, ``"kv_capacity"``,
+            ``"prefill_capacity"``, ``"no_eligible_workers"`` or ``"disaggregated_needs_prefill_and_decode"``.
     """
 
     def __init__(self, message: str, *, min_gpus_needed: int | None, binding_constraint: str) -> None:
+        """Carry the message and the data of the class docstring's attributes."""
         super().__init__(message)
         self.min_gpus_needed = min_gpus_needed
         self.binding_constraint = binding_constraint
@@ -45,15 +43,13 @@ class InfeasiblePlanError(PearlSchedError):
 class SolverUnavailableError(PearlSchedError):
     """A solver backend was asked for but its package is not installed.
 
-    Attributes
-    ----------
-    backend:
-        The backend name.
-    extra:
-        The pip extra that installs it (``pip install 'pearl-sched[<extra>]'``).
+    Attributes:
+        backend: The backend name.
+        extra: The pip extra that installs it (``pip install 'pearl-sched[<extra>]'``).
     """
 
     def __init__(self, backend: str, extra: str | None) -> None:
+        """Name the backend and, when there is one, the extra to install."""
         hint = f": pip install 'pearl-sched[{extra}]'" if extra else ""
         super().__init__(f"solver backend {backend!r} is not installed{hint}")
         self.backend = backend
@@ -68,6 +64,7 @@ class MissingExtraError(PearlSchedError, ImportError):
     """An optional dependency is missing; the message names the extra that installs it."""
 
     def __init__(self, package: str, extra: str) -> None:
+        """Name the missing package and the extra that installs it."""
         super().__init__(f"{package} is needed here: pip install 'pearl-sched[{extra}]'")
         self.package = package
         self.extra = extra
@@ -84,6 +81,7 @@ class TelemetryRejected(PearlSchedError, ValueError):
     """
 
     def __init__(self, reason: str) -> None:
+        """Reject with ``reason``."""
         super().__init__(reason)
         self.reason = reason
 

@@ -297,8 +297,11 @@ def _gate_can_pass(
     pstate: PolicyState,
     costs: TransitionCosts,
 ) -> bool:
-    """Whether the gate could pass at all: with every role at its full capacity in ``wider`` (a lower bound
-    on any configuration's makespan there), is the gain above the gate's cost? Saves a solve when not."""
+    """Whether the gate could pass at all; saves a solve when not.
+
+    With every role at its full capacity in ``wider`` (a lower bound on any configuration's makespan there),
+    is the gain above the gate's threshold?
+    """
     full = {r: sum(c.weight[r] * c.size for c in wider.classes if r in c.eligible) for r in ROLES}
     bounds = [wider.terms.colocated.time_s(full[Role.COLOCATED])]
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))

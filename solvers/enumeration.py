@@ -100,8 +100,11 @@ def enumerate_configurations(problem: ClassProblem, window: int | None = None) -
 
 
 def _balance_point(problem: ClassProblem, n: int) -> int:
-    """Smallest N_P whose prefill pool is no slower than the decode pool of the other N − N_P workers,
-    with capacities in reference workers (binary search: the prefill time falls and the decode time rises)."""
+    """Smallest N_P whose prefill pool is no slower than the decode pool of the other N − N_P workers.
+
+    Capacities are in reference workers; a binary search, since the prefill time falls and the decode time
+    rises with N_P.
+    """
     prefill, decode = problem.terms.prefill, problem.terms.decode
     lo, hi = 1, n - 1
     while lo < hi:

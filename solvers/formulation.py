@@ -122,7 +122,7 @@ def _role_count_columns(model: LinearModel, problem: ClassProblem) -> dict[tuple
 
 
 def _mode_column(model: LinearModel, problem: ClassProblem) -> int:
-    """m ∈ {0, 1}, 1 when disaggregated; fixed where the problem allows one mode only."""
+    """The mode column m ∈ {0, 1}, 1 when disaggregated; fixed where the problem allows one mode only."""
     allow_c, allow_d = Mode.COLOCATED in problem.modes, Mode.DISAGGREGATED in problem.modes
     return model.add_var("disaggregated", 0.0 if allow_c else 1.0, 1.0 if allow_d else 0.0, integer=True)
 
@@ -202,7 +202,10 @@ def _capacity_rows(
 
 
 def _admission_pause(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> int | None:
-    """u ∈ {0, 1} costing τ, with U_new·u ≥ Σ_{k new} Σ_r y_kr; no column when nothing new or no pause."""
+    """The admission column u ∈ {0, 1} costing τ, with U_new·u ≥ Σ_{k new} Σ_r y_kr.
+
+    No column when no class is new or the pause is zero.
+    """
     new = {j: 1.0 for (k, _), j in y.items() if problem.classes[k].pauses_admission}
     if not new or problem.admission_pause_s <= 0:
         return None
@@ -346,8 +349,11 @@ def solve_class_problem(
 
 
 def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
-    """A cheap lower bound on any objective in ``mode``: every active pool at its full capacity, and every
-    class at its cheapest option (budget, KV and admission ignored)."""
+    """A cheap lower bound on any objective in ``mode``.
+
+    Every active pool at its full capacity, and every class at its cheapest option (budget, KV and admission
+    ignored).
+    """
     full = {r: sum(c.weight[r] * c.size for c in problem.classes if r in c.eligible) for r in MODE_ROLES[mode]}
     makespan = max(problem.terms.pool(r).time_s(e) for r, e in full.items()) + problem.terms.environment_s
     cheapest = sum(
