@@ -61,6 +61,7 @@ class InputFileError(PearlSchedError, ValueError):
     """
 
     def __init__(self, path: object, problem: str, *, row: int | None = None, column: str | None = None) -> None:
+        """Format ``path[:row] [column]: problem`` and keep the parts as attributes."""
         where = str(path)
         if row is not None:
             where += f":{row}"
