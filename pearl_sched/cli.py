@@ -443,8 +443,27 @@ def backends_command() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: a usage error (unknown option, bad option value) is one line and exit 2 too."""
+    try:  # typer ≥ 0.16 carries its own copy of click; older ones use click itself
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        import click.exceptions as click_errors  # type: ignore[no-redef]
+    try:
+        code = app(prog_name="pearl-sched", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:
+        sys.exit(EXIT_BAD_INPUT)  # the help is already printed
+    except click_errors.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "pearl-sched"
+        errors.print(
+            f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))} (see {command} --help)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    except typer.Abort:
+        errors.print("aborted", highlight=False)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -350,3 +352,25 @@ def test_simulate_refuses_a_fifo_scenario(tmp_path: Path) -> None:
     fifo = tmp_path / "scenario.json"
     os.mkfifo(fifo)
     assert "FIFO" in one_line_error(simulate(fifo, tmp_path / "runs"), mentions=str(fifo))
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["plan", str(EXAMPLES / "initial.json"), "--time-limit", "abc"], "Invalid value for '--time-limit'"),
+        (["plan", str(EXAMPLES / "initial.json"), "--bogus"], "No such option: --bogus"),
+        (["fit", "x.csv"], "Missing option '-o' / '--output'"),
+    ],
+)
+def test_usage_errors_of_the_installed_command_are_one_line(args: list[str], problem: str) -> None:
+    # The console script (pearl_sched.cli:main), not CliRunner: main() turns typer's usage box into one line.
+    done = subprocess.run(
+        [sys.executable, "-c", "from pearl_sched.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and problem in lines[0], done.stderr
+    assert done.stdout == ""
