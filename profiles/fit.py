@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.errors import PearlSchedError
+from pearl_sched.input_files import MAX_DOCUMENT_BYTES, read_text
 from pearl_sched.profiles.components import (
     ComponentModel,
     ExtrapolationWarning,
@@ -31,7 +32,7 @@ from pearl_sched.profiles.components import (
     TableInterpolator,
     from_json,
 )
-from pearl_sched.profiles.dataset import REQUIRED, ProfileDataset, Target
+from pearl_sched.profiles.dataset import REQUIRED, ProfileDataset, ProfileFormatError, Target
 
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "prefill": (("tokens", "cached_tokens", "batch_size", "tp"), "prefill"),
@@ -233,7 +234,21 @@ class ProfileModels:
 
     @classmethod
     def load(cls, path: str | Path) -> ProfileModels:
-        return cls.from_json(Path(path).read_text())
+        """Read a bundle written by :meth:`save`; any problem is a one-line :class:`ProfileFormatError`."""
+        text = read_text(path, limit_bytes=MAX_DOCUMENT_BYTES)
+        try:
+            return cls.from_json(text)
+        except ProfileFormatError:
+            raise
+        except RecursionError:
+            raise ProfileFormatError(path, "JSON nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise ProfileFormatError(path, f"not JSON: {exc.msg}", row=exc.lineno) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            problem = (
+                str(exc) if str(exc).startswith("not a pearl_sched") else f"a damaged bundle ({type(exc).__name__})"
+            )
+            raise ProfileFormatError(path, problem) from None
 
 
 def fit_profiles(

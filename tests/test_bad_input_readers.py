@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from pearl_sched import input_files
 from pearl_sched.profiles.dataset import ProfileFormatError
+from pearl_sched.profiles.fit import ProfileModels
 from pearl_sched.profiles.readers import read_any, read_dynamo, read_prometheus_scrapes, read_sglang_requests
 from pearl_sched.sim.scenario import SHIPPED, ScenarioError, load_scenario
 
@@ -214,3 +215,25 @@ def test_mutated_scenarios_load_or_are_one_line(
     else:
         for variant in scenario.expand():
             assert "/" not in variant.name.split("/", 1)[-1] and not variant.name.startswith(".")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"format": "pearl_sched.profile-models/1", "components": [{"key": 1}]}', "a damaged bundle (KeyError)"),
+        ('{"format": "pearl_sched.profile-models/1", "components": 3}', "a damaged bundle (TypeError)"),
+        ('{"format": "other"}', "not a pearl_sched profile-models file"),
+        (f'{{"{SECRET}": ', "not JSON"),
+        ("[" * 100_000, "nested too deeply"),
+    ],
+)
+def test_damaged_model_bundles_are_one_line(tmp_path: Path, content: str, problem: str) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(content)
+    with pytest.raises(input_files.InputFileError) as caught:
+        ProfileModels.load(path)
+    assert problem in one_line(caught.value, path)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(input_files.InputFileError, match="FIFO"):
+        ProfileModels.load(fifo)
