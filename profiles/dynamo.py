@@ -47,15 +47,33 @@ class DynamoFit:
         )
 
 
+# Largest plausible value of each column (as the dataset's PLAUSIBLE_MAX): a row over it is a corrupted or
+# mis-scaled measurement, and least squares on 1e300 overflows.
+_PLAUSIBLE_MAX = {
+    "isl_tokens": 1e8,
+    "ttft_ms": 86_400_000.0,
+    "kv_usage_frac": 1.0,
+    "context_length": 1e8,
+    "itl_ms": 86_400_000.0,
+    "max_kv_tokens": 1e12,
+}
+
+
 def _rows(path: Path, columns: tuple[str, ...]) -> list[tuple[float, ...]]:
     rows = []
     for line, record in csv_rows(path, columns):
         values = tuple(csv_float(path, line, record, c) for c in columns)
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ProfileFormatError(path, f"negative or non-finite value in {columns}", row=line)
+        over = next((c for c, v in zip(columns, values, strict=True) if v > _PLAUSIBLE_MAX[c]), None)
+        if over is not None:
+            raise ProfileFormatError(path, f"implausibly large (over {_PLAUSIBLE_MAX[over]:g})", row=line, column=over)
         rows.append(values)
     if len(rows) < 3:
         raise ProfileFormatError(path, f"need at least 3 rows to fit, found {len(rows)}")
+    for i, column in enumerate(columns):
+        if column != "kv_usage_frac" and not any(row[i] > 0 for row in rows):
+            raise ProfileFormatError(path, "zero in every row: nothing to fit", column=column)
     return rows
 
 
