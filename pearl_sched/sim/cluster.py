@@ -38,7 +38,7 @@ from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventK
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
-from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone
+from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone, ratio_label
 
 TRAINING = "training"
 
@@ -400,9 +400,7 @@ class SimCluster:
     def serving(self) -> str:
         """The configuration in force, e.g. ``3P5D`` or ``6C``."""
         roles = [s.role for s in self.slots if s.role is not None]
-        if self.mode is Mode.COLOCATED:
-            return f"{roles.count(Role.COLOCATED)}C"
-        return f"{roles.count(Role.PREFILL)}P{roles.count(Role.DECODE)}D"
+        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
 # -- the clock --------------------------------------------------------------------------------------------
