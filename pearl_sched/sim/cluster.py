@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
+from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
@@ -294,7 +295,7 @@ class SimCluster:
         else:
             counts = {"prefill": max(1, len(by_role[Role.PREFILL])), "decode": max(1, len(by_role[Role.DECODE]))}
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
-            raise RuntimeError(f"slots serve roles that do not match the {mode.value} mode")
+            raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
         pool = self.setting.pool(mode, **counts)
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
@@ -337,7 +338,7 @@ class SimCluster:
         if running:
             self.now = to
             if not self.pending and not any(self.batch.alive()[0]) and self.batch.unfinished and math.isinf(to):
-                raise RuntimeError("the batch stalled: no prefill worker and none joining")
+                raise SimulationError("the batch stalled: no prefill worker and none joining")
         else:
             self.now = self.batch_start + self.batch.result().makespan_s
         return running
@@ -493,7 +494,7 @@ class _Segment:
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):
-            raise RuntimeError(f"{self.loop.decider.name}: no rollout worker at the step boundary ({record.reason})")
+            raise SimulationError(f"{self.loop.decider.name}: no rollout worker at the step boundary ({record.reason})")
         cluster.launch(step)
         self.running = step
         self.rollout_start_s = t
