@@ -86,21 +86,18 @@ def plan_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
 ) -> None:
     """Plan the PD mode, P:D ratio and minimal transition for a cluster state."""
-    from pearl_sched.makespan import MakespanModel, PearlMakespanModel
-    from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
     from pearl_sched.planner import plan
     from pearl_sched.plans import Plan
+    from pearl_sched.predictors import PREDICTORS, make_predictor
     from pearl_sched.request import PlanRequest
 
-    if predictor not in ("pearl", "improved"):
+    if predictor not in PREDICTORS:
         _fail(f"--predictor is pearl or improved, not {predictor!r}")
     if not (math.isfinite(time_limit) and 0 < time_limit <= MAX_TIME_LIMIT_S):
         _fail(f"--time-limit is seconds per solve, above 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {time_limit}")
     req: PlanRequest = _load(request, PlanRequest, "plan request")
     previous: Plan | None = _load(current, Plan, "plan") if current is not None else None
-    model: MakespanModel = PearlMakespanModel(req.model)
-    if predictor == "improved":
-        model = ImprovedMakespanModel(ImprovedParams(pearl=req.model))
+    model = make_predictor(predictor, req.model)
     try:
         result = plan(
             req.state,

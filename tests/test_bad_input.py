@@ -23,6 +23,7 @@ from typer.testing import CliRunner, Result
 
 from pearl_sched import cli
 from pearl_sched.cli import app
+from pearl_sched.shared_data import default_data
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 REQUEST = json.loads((EXAMPLES / "initial.json").read_text())
@@ -328,9 +329,10 @@ def test_simulate_refuses_an_unwritable_out(tmp_path: Path) -> None:
     one_line_error(runner.invoke(app, ["simulate", "e2e", "--processes", "-3", "--out", str(tmp_path)]))
 
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = default_data()
 
 
+@pytest.mark.needs_data
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
@@ -340,8 +342,6 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
     ],
 )
 def test_simulate_refuses_settings_the_data_cannot_serve(tmp_path: Path, fields: dict[str, Any], problem: str) -> None:
-    if not (DATA / "aiconfigurator-sglang").is_dir():
-        pytest.skip("needs the shared data (../shared/data)")
     path = write_json(tmp_path / "scenario.json", {**SCENARIO, **fields})
     args = ["simulate", str(path), "--out", str(tmp_path / "runs"), "--data", str(DATA), "--processes", "1"]
     line = one_line_error(runner.invoke(app, args), mentions="scenario e2e")

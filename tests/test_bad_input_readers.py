@@ -22,6 +22,7 @@ from pearl_sched.profiles.dataset import ProfileFormatError
 from pearl_sched.profiles.dynamo import fit_dynamo_profile
 from pearl_sched.profiles.fit import ProfileModels
 from pearl_sched.profiles.readers import read_any, read_dynamo, read_prometheus_scrapes, read_sglang_requests
+from pearl_sched.shared_data import default_data
 from pearl_sched.sim.scenario import SHIPPED, ScenarioError, load_scenario
 
 SECRET = "SECRET-4c1d-do-not-echo"
@@ -240,13 +241,12 @@ def test_damaged_model_bundles_are_one_line(tmp_path: Path, content: str, proble
         ProfileModels.load(fifo)
 
 
-DYNAMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D"
+DYNAMO = default_data() / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D"
 
 
+@pytest.mark.needs_data
 @pytest.mark.parametrize(("ttft_ms", "problem"), [("0", "zero in every row"), ("1e300", "implausibly large")])
 def test_dynamo_fit_refuses_empty_or_absurd_columns(tmp_path: Path, ttft_ms: str, problem: str) -> None:
-    if not DYNAMO.is_dir():
-        pytest.skip("needs the shared data (../shared/data)")
     for name in ("prefill_ttft_vs_isl.csv", "decode_itl_vs_kvusage_context.csv"):
         (tmp_path / name).write_text((DYNAMO / name).read_text())
     prefill = tmp_path / "prefill_ttft_vs_isl.csv"
