@@ -234,6 +234,9 @@ def read_dynamo(
             rows.append(line)
         check_units(decode_csv, decode_records, rows, {"itl": "itl_ms"})
         return ProfileDataset.from_records(records + decode_records)
+    if prefill_csv.exists() != decode_csv.exists():
+        missing = decode_csv if prefill_csv.exists() else prefill_csv
+        raise ProfileFormatError(missing, "missing: a Dynamo profile's CSV dumps come in a pair")
     prefill_npz = directory / "selected_prefill_interpolation" / "raw_data.npz"
     decode_npz = directory / "selected_decode_interpolation" / "raw_data.npz"
     prefill = _npz(prefill_npz, ("prefill_isl", "prefill_ttft"))

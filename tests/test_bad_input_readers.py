@@ -255,3 +255,12 @@ def test_dynamo_fit_refuses_empty_or_absurd_columns(tmp_path: Path, ttft_ms: str
     with pytest.raises(ProfileFormatError) as caught:
         fit_dynamo_profile(tmp_path)
     assert problem in one_line(caught.value, prefill)
+
+
+def test_a_dynamo_profile_missing_one_csv_names_it(tmp_path: Path) -> None:
+    (tmp_path / "prefill_ttft_vs_isl.csv").write_text("isl_tokens,ttft_ms\n100,20\n")
+    with pytest.raises(ProfileFormatError) as caught:
+        read_any(tmp_path)
+    assert "a Dynamo profile's CSV dumps come in a pair" in one_line(
+        caught.value, tmp_path / "decode_itl_vs_kvusage_context.csv"
+    )
