@@ -122,7 +122,7 @@ def test_profile_size_limit_is_stated(tmp_path: Path, monkeypatch: pytest.Monkey
         read_sglang_requests(path, gpu_type="h200", model="m", tp=1)
 
 
-def test_read_bytes_limits_files_that_grow(tmp_path: Path) -> None:
+def test_read_bytes_refuses_one_byte_over_the_limit(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(b"x" * 10)
     assert input_files.read_bytes(path, limit_bytes=10) == b"x" * 10
