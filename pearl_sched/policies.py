@@ -222,11 +222,12 @@ def expansion_gate(
 def expansion_cost_share(
     makespan_s: float, unfinished_fraction: float, state: PolicyState, costs: TransitionCosts, config: PolicyConfig
 ) -> float:
-    """The share of a preemptible admission's one-time costs (preparation, the admission pause) the batch in
-    flight should carry: its weight ρ over the batches the GPUs are expected to serve, ρ + e^(−h·s)/(h·T).
+    """The share of a preemptible admission's one-time costs the batch in flight should carry.
 
-    1 under ``gate_horizon="batch"`` or when later batches weigh nothing; 0 when the hazard is 0 (the GPUs
-    stay). ``makespan_s``: the batch's predicted makespan without them; s as in :func:`expansion_value_s`.
+    The one-time costs are preparation and the admission pause; the share is the batch in flight's weight ρ
+    over the batches the GPUs are expected to serve, ρ + e^(−h·s)/(h·T). 1 under ``gate_horizon="batch"``
+    or when later batches weigh nothing; 0 when the hazard is 0 (the GPUs stay). ``makespan_s``: the batch's
+    predicted makespan without them; s as in :func:`expansion_value_s`.
     """
     if config.gate_horizon == "batch" or makespan_s <= 0 or unfinished_fraction <= 0:
         return 1.0
@@ -275,8 +276,10 @@ def borrow_can_pass(
     config: PolicyConfig,
     idle_window_s: float | None = None,
 ) -> bool:
-    """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`borrow_gate`
-    (the saving per served second, ``(T̂_dedicated − T)/T``, falls as T grows)."""
+    """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`borrow_gate`.
+
+    The saving per served second, ``(T̂_dedicated − T)/T``, falls as T grows, so the bound's is the most.
+    """
     if (
         config.gate_horizon == "residence"
         and idle_window_s is not None
