@@ -330,7 +330,9 @@ def _gate(
     wider_best = solves.solve(wider)
     if wider_best is None:
         return problem, best
-    if gate.category is _Category.NEW_PREEMPTIBLE and best is None:  # amortise by the first feasible makespan
+    if gate.category is _Category.NEW_PREEMPTIBLE and best is None and inputs.pstate.preemption_hazard_per_s <= 0:
+        # A cold start on GPUs that stay (h = 0): their one-time costs are free in the long run. At h > 0 the
+        # costs stay whole here (docs/policies.md, limits).
         share = expansion_cost_share(
             wider_best.solution.makespan_s, wider.unfinished_fraction, inputs.pstate, inputs.costs, inputs.policy
         )
