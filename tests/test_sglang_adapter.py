@@ -213,6 +213,7 @@ def test_a_killed_controller_resumes_from_the_journal(
     adapter.on_action = die_on_third
     with pytest.raises(Killed):
         adapter.apply(target)
+    adapter.journal.close()  # the dead controller's lock goes with its process
     # A new controller over the same journal and gateway: it knows w00 and w01 are up and w02 never started.
     resumed = SGLangCluster(
         slots=adapter.slots,
