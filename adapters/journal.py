@@ -99,16 +99,16 @@ class Journal:
         self._fd: int | None = _open_private(self.path)
         try:
             _lock(self._fd, self.path)
-            self._records, self.skipped, self.torn = _load(self._fd, self.path)
+            records, self.skipped, self.torn = _load(self._fd, self.path)
+            headers = [r for r in records if "journal" in r]
+            self.cluster_id: str | None = str(headers[0]["cluster_id"]) if headers else None
+            self._actions = [r for r in records if "journal" not in r]
+            self._seq = max((int(r["seq"]) for r in records), default=-1) + 1
+            if cluster_id is not None:
+                self.claim(cluster_id)
         except BaseException:
-            self.close()
+            self.close()  # a refused journal stays unlocked for the controller it belongs to
             raise
-        headers = [r for r in self._records if "journal" in r]
-        self.cluster_id: str | None = str(headers[0]["cluster_id"]) if headers else None
-        self._actions = [r for r in self._records if "journal" not in r]
-        self._seq = max((int(r["seq"]) for r in self._records), default=-1) + 1
-        if cluster_id is not None:
-            self.claim(cluster_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def close(self) -> None:
