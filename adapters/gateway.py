@@ -5,8 +5,9 @@ equal to what a plan says (:meth:`Gateway.sync`): registration and removal are a
 each is polled to completion (a removed URL is re-added only after the gateway answers 404 for it).
 
 With an API key (``api_key``, by default ``$PEARL_SCHED_API_KEY``) the gateway is started with ``--api-key``:
-smg then requires ``Authorization: Bearer <key>`` on its data and worker APIs (``/health`` stays open) and sends
-the key to the workers, which are started with the same key.
+smg then requires ``Authorization: Bearer <key>`` on its data and worker APIs (``/health`` stays open); each
+worker is registered with the same key (``api_key`` in ``POST /workers``), which smg needs to reach a worker
+started with ``--api-key``.
 """
 
 from __future__ import annotations
@@ -163,7 +164,9 @@ class Gateway:
         if url in self._removing:
             self.client.wait_gone(self._removing.pop(url))
         reg = registration
-        return self.client.add(url, reg.worker_type, reg.bootstrap_port, ready_timeout_s=ready_timeout_s)
+        return self.client.add(
+            url, reg.worker_type, reg.bootstrap_port, ready_timeout_s=ready_timeout_s, worker_api_key=self.api_key
+        )
 
     def deregister(self, url: str, *, wait: bool = False) -> None:
         """Stop routing to ``url`` now; the gateway finishes the removal in the background (about 5 s)."""

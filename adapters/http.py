@@ -359,12 +359,24 @@ class GatewayClient(_Client):
         return None if response.status_code == 404 else dict(response.json())
 
     def add(
-        self, url: str, worker_type: str, bootstrap_port: int | None = None, *, ready_timeout_s: float = 60.0
+        self,
+        url: str,
+        worker_type: str,
+        bootstrap_port: int | None = None,
+        *,
+        ready_timeout_s: float = 60.0,
+        worker_api_key: str | None = None,
     ) -> str:
-        """``POST /workers`` and wait until the worker is ready; returns its id."""
-        payload: dict[str, Any] = {"url": url, "worker_type": worker_type}
+        """``POST /workers`` and wait until the worker is ready; returns its id.
+
+        smg reaches a worker started with ``--api-key`` only with the key in its registration
+        (``worker_api_key``): its own ``--api-key`` does not cover worker discovery.
+        """
+        payload: dict[str, Any] = {"url": validate_url(url, what="worker URL"), "worker_type": worker_type}
         if bootstrap_port is not None:
             payload["bootstrap_port"] = bootstrap_port
+        if worker_api_key is not None:
+            payload["api_key"] = worker_api_key
         data = self.call("POST", "/workers", json=payload, idempotent=True).json()
         worker_id = str(data["worker_id"])
 

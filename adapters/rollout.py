@@ -52,7 +52,14 @@ class RolloutClient:
         self.patience_s = patience_s
 
     def close(self) -> None:
+        """Close the HTTP connections."""
         self.http.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Completion:
         output: list[int] = []
