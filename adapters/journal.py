@@ -94,6 +94,7 @@ class Journal:
     """
 
     def __init__(self, path: str | Path, *, cluster_id: str | None = None) -> None:
+        """Open (or create) the journal, lock it, repair a torn tail and read its records."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = _open_private(self.path)
@@ -118,9 +119,11 @@ class Journal:
             os.close(fd)
 
     def __enter__(self) -> Self:
+        """The journal itself; :meth:`close` on exit."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Release the lock and the file."""
         self.close()
 
     def claim(self, cluster_id: str) -> None:
