@@ -155,6 +155,9 @@ class Journal:
         """Append one record and fsync it."""
         if phase not in PHASES:
             raise ValueError(f"journal phase must be one of {PHASES}, not {phase!r}")
+        clash = sorted(set(extra or {}) & {"seq", "at", "phase", "plan", "action", "journal", "cluster_id"})
+        if clash:
+            raise ValueError(f"journal record extras may not set {clash}")
         record = {
             "seq": self._next_seq(),
             "at": time.time(),

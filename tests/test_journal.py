@@ -106,6 +106,14 @@ def test_bad_records_are_skipped_counted_and_warned_once_and_sequence_numbers_ne
     assert seqs == [0, 1, 2, 3]  # the bad lines' seq 99 was never trusted, and nothing repeats
 
 
+def test_extras_cannot_overwrite_a_records_own_fields(tmp_path: Path) -> None:
+    with Journal(tmp_path / "j.jsonl", cluster_id="c") as journal:
+        with pytest.raises(ValueError, match=r"may not set \['seq'\]"):
+            journal.write("done", EXPAND, "p1", {"seq": 0})
+        journal.write("done", EXPAND, "p1", {"pid": 7})
+    assert [json.loads(line)["seq"] for line in lines(tmp_path / "j.jsonl")] == [0, 1]
+
+
 def test_a_journal_written_for_another_cluster_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     with Journal(path, cluster_id="cluster-a") as journal:
