@@ -308,6 +308,7 @@ class SGLangCluster:
             for slot in started:
                 self._register(slot)
         except Exception as exc:
+            by_slot = {a.worker_id: a for a in actions}
             for slot in started:
                 with contextlib.suppress(AdapterError):
                     self.gateway.deregister(self._url(slot))
@@ -316,6 +317,12 @@ class SGLangCluster:
                 if slot.lent and self.trainer is not None:
                     self.trainer.reclaim(slot.spec.gpu_ids, deadline_s=0.0)
                     slot.lent = False
+                # Its expand is journaled done: record the undo, or a restarted controller believes it serves.
+                expand = by_slot[slot.spec.id]
+                undo = expand.model_copy(
+                    update={"kind": ActionKind.SHRINK, "from_role": expand.to_role, "to_role": None}
+                )
+                self.journal.write("done", undo, plan_id, {"reason": "admission group cancelled"})
             ids = ", ".join(a.worker_id for a in actions)
             raise AdapterError(f"admission of [{ids}] cancelled, nothing admitted: {exc}") from exc
 

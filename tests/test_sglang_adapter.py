@@ -190,6 +190,24 @@ def test_a_server_that_fails_to_start_cancels_its_admission_group(
     assert [w.id for w in state.workers if w.rollout_role is not None] == ["w00"]
 
 
+def test_a_port_held_by_another_process_cancels_the_group_and_the_journal_says_so(
+    cluster: tuple[SGLangCluster, RecordingTrainer],
+) -> None:
+    adapter, _ = cluster
+    C = Role.COLOCATED
+    impostor = FakeSGLangServer(FakeConfig(port=adapter.slots[2].port)).start()  # answers /health on w02's port
+    try:
+        with pytest.raises(AdapterError, match="cancelled, nothing admitted") as caught:
+            adapter.apply(roles(Mode.COLOCATED, w00=C, w01=C, w02=C))
+        assert "another process answers on its port" in str(caught.value)
+        assert adapter.gateway.registered() == {}  # neither w00 nor w01 (started, then stopped) admitted
+        adapter.journal.close()
+        with Journal(adapter.journal.path) as reread:  # what a restarted controller would believe
+            assert all(role is None for role in reread.replay().roles.values())
+    finally:
+        impostor.stop()
+
+
 def test_a_failed_role_switch_replaces_the_worker(cluster: tuple[SGLangCluster, RecordingTrainer]) -> None:
     adapter, _ = cluster
     P, D = Role.PREFILL, Role.DECODE
