@@ -1,9 +1,10 @@
 """An append-only journal of transition actions, so a controller that dies mid-plan resumes without repeating.
 
-Every action is written before it runs (``begin``) and after (``done`` or ``failed``), one JSON object per
-line, written in one ``write`` and fsync'd. On restart, :meth:`Journal.replay` gives the slots' roles as the
-done actions left them and the actions that began but never ended (their slots must be re-observed before
-anything else).
+Every action is written before it runs (``begin``) and after (``done`` or ``failed``) — and, when it starts a
+server, once that server is up (``started``, with its pid's identity) — one JSON object per line, written in one
+``write`` and fsync'd. On restart, :meth:`Journal.replay` gives the slots' roles as the done actions left them,
+the identities of the servers they started, and the actions that began but never ended (their slots must be
+re-observed before anything else).
 
 What makes it safe to trust (docs/reliability.md, "Journal and adapters"):
 
@@ -43,7 +44,7 @@ from pearl_sched.plans import Action
 logger = logging.getLogger(__name__)
 
 FORMAT = 1
-PHASES = ("begin", "done", "failed")
+PHASES = ("begin", "started", "done", "failed")
 
 
 class JournalError(PearlSchedError):
@@ -64,7 +65,7 @@ class Replay:
 
     Attributes:
         roles: Slot id → role after its last done action (None: stopped).
-        pids: Slot id → identity of the server process a done action started.
+        pids: Slot id → identity of the server process its last action started (``started`` or ``done``).
         unfinished: Records of actions that began and never ended.
         done: How many actions finished.
     """
@@ -76,7 +77,7 @@ class Replay:
 
 
 class Journal:
-    """A JSON-lines file of a header and ``begin``/``done``/``failed`` records, locked while open.
+    """A JSON-lines file of a header and ``begin``/``started``/``done``/``failed`` records, locked while open.
 
     Args:
         path: The journal file (created 0600 if missing; its folder too).
@@ -178,6 +179,11 @@ class Journal:
             key = (record["plan"], action["worker_id"])
             if record["phase"] == "begin":
                 open_[key] = record
+                continue
+            if record["phase"] == "started":  # a server the action started, before it ended
+                identity = ProcessIdentity.from_record(record)
+                if identity is not None:
+                    out.pids[action["worker_id"]] = identity
                 continue
             open_.pop(key, None)
             if record["phase"] == "done":

@@ -110,12 +110,13 @@ class SGLangCluster:
     ready_timeout_s: float = 600.0
     enable_memory_saver: bool = False
     extra_args: tuple[str, ...] = ()
-    on_action: Callable[[Action, str], None] | None = None  # a test hook: called before each action runs
+    on_action: Callable[[Action, str], None] | None = None  # a test hook: at "begin" and once a server "started"
     api_key: str | None = field(default_factory=api_key_from_env, repr=False)
     cluster_id: str | None = None  # names the cluster in the journal; default: a digest of the slots
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False)
     _reclaim_in_s: float = field(default=0.0, init=False)
     _weight_version: str | None = field(default=None, init=False)
+    _running: tuple[Action, str] | None = field(default=None, init=False)  # the journaled action in progress
 
     def __post_init__(self) -> None:
         check_server_args(self.model_path, self.extra_args)
@@ -136,6 +137,8 @@ class SGLangCluster:
             slot_id = record["action"]["worker_id"]
             if slot_id in self._slots:
                 self._reobserve(self._slots[slot_id])
+                if self._slots[slot_id].role is not None:  # a server it started: stoppable once verified
+                    self._slots[slot_id].pid = replay.pids.get(slot_id)
         if replay.done or replay.unfinished:
             logger.info(
                 "resumed from %s: %d done, %d unfinished", self.journal.path, replay.done, len(replay.unfinished)
@@ -242,12 +245,15 @@ class SGLangCluster:
         if self.on_action is not None:
             self.on_action(action, "begin")
         self.journal.write("begin", action, plan_id)
+        self._running = (action, plan_id)
         try:
             extra = body() or {}
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.journal.write("failed", action, plan_id, {"error": str(exc)})
             raise
+        finally:
+            self._running = None
         self.journal.write("done", action, plan_id, extra)
 
     def _change(self, action: Action, mode_change: bool) -> dict[str, Any] | None:
@@ -297,12 +303,11 @@ class SGLangCluster:
                 assert action.to_role is not None
 
                 def start(slot: _Slot = slot, role: Role = action.to_role) -> dict[str, Any]:
+                    started.append(slot)  # before it starts: a failure after launch still stops it
                     if slot.spec.zone is Zone.OVERLAP and self.trainer is not None:
                         self.trainer.lend(slot.spec.gpu_ids)
                         slot.lent = True
-                    extra = self._start(slot, role, register=False)
-                    started.append(slot)
-                    return extra
+                    return self._start(slot, role, register=False)
 
                 self._run(action, plan_id, start)
             for slot in started:
@@ -343,12 +348,17 @@ class SGLangCluster:
         )
         slot.handle = self.launcher.start(server, ready_timeout_s=self.ready_timeout_s)
         slot.role = role
+        process = getattr(slot.handle, "process", None)
+        identity = identify(process.pid) if process is not None else None
+        record = identity.to_record() if identity is not None else {}
+        if self._running is not None:  # so a controller that dies before "done" leaves a stoppable server
+            self.journal.write("started", self._running[0], self._running[1], record)
+            if self.on_action is not None:
+                self.on_action(self._running[0], "started")
         self._sync_weights(slot)
         if register:
             self._register(slot)
-        process = getattr(slot.handle, "process", None)
-        identity = identify(process.pid) if process is not None else None
-        return identity.to_record() if identity is not None else {}
+        return record
 
     def _sync_weights(self, slot: _Slot) -> None:
         """Bring a new worker to the cluster's weight version and check it before it is admitted."""

@@ -196,7 +196,10 @@ def test_replay_gives_verifiable_identities_and_drops_bare_pids(tmp_path: Path) 
         journal.write("done", EXPAND, "p1", ProcessIdentity(4242, 12.5, "ab" * 32).to_record())
         journal.write("done", SHRINK.model_copy(update={"worker_id": "w02"}), "p1", {"pid": 77})
         journal.write("done", SHRINK.model_copy(update={"worker_id": "w03"}), "p1", {"pid": "1; rm -rf /"})
+        journal.write("begin", EXPAND.model_copy(update={"worker_id": "w04"}), "p2")
+        journal.write("started", EXPAND.model_copy(update={"worker_id": "w04"}), "p2", {"pid": 99})
         replay = journal.replay()
     assert replay.pids["w00"] == ProcessIdentity(4242, 12.5, "ab" * 32)
     assert replay.pids["w02"] == ProcessIdentity(77, None, None)  # kept, but never verified, so never signalled
     assert "w03" not in replay.pids
+    assert replay.pids["w04"].pid == 99 and [r["action"]["worker_id"] for r in replay.unfinished] == ["w04"]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -232,6 +232,8 @@ def test_a_killed_controller_resumes_from_the_journal(
         """Stands for SIGKILL of the controller process."""
 
     def die_on_third(action: object, phase: str) -> None:
+        if phase != "begin":
+            return
         begun.append(getattr(action, "worker_id", ""))
         if len(begun) == 3:
             raise Killed
@@ -257,6 +259,40 @@ def test_a_killed_controller_resumes_from_the_journal(
     report = resumed.apply(target)
     assert report.changed == ("w02",)  # nothing applied twice
     assert len(resumed.gateway.registered()) == 3
+    resumed.shutdown()
+
+
+def test_a_server_started_just_before_the_controller_died_is_stopped_by_the_next(
+    cluster: tuple[SGLangCluster, RecordingTrainer],
+) -> None:
+    adapter, trainer = cluster
+
+    class Killed(BaseException):
+        """Stands for SIGKILL of the controller between the server's start and the action's "done"."""
+
+    def die_once_started(action: object, phase: str) -> None:
+        if phase == "started":
+            raise Killed
+
+    adapter.on_action = die_once_started
+    with pytest.raises(Killed):
+        adapter.apply(roles(Mode.COLOCATED, w00=Role.COLOCATED))
+    server = adapter._slots["w00"].handle
+    assert server is not None and server.alive()  # left running by the dead controller
+    adapter.journal.close()
+    resumed = SGLangCluster(
+        slots=adapter.slots,
+        launcher=adapter.launcher,
+        gateway=adapter.gateway,
+        model_path="fake/model",
+        workload=WORKLOAD,
+        journal=Journal(adapter.journal.path),
+        trainer=trainer,
+        drain_s=0.2,
+    )
+    assert {w.id for w in resumed.observe().workers if w.rollout_role is not None} == {"w00"}  # re-observed
+    resumed.apply(roles(Mode.COLOCATED))  # shrink it: the journal's "started" identity lets it be stopped
+    assert server.process.wait(timeout=15) is not None
     resumed.shutdown()
 
 
@@ -364,6 +400,15 @@ def run_load(
     client.close()
 
 
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` (a precondition of the test, not a timing claim); fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("during", [ActionKind.SHRINK, ActionKind.REROLE])
 def test_gateway_killed_during_a_transition_under_load_loses_nothing(
     cluster: tuple[SGLangCluster, RecordingTrainer], during: ActionKind
@@ -395,10 +440,10 @@ def test_gateway_killed_during_a_transition_under_load_loses_nothing(
         for seed in range(4):
             pool.submit(run_load, adapter.gateway.url, stop, results, errors, seed)
         try:
-            time.sleep(0.5)
+            wait_for(lambda: len(results) >= 4, "turns before the transition")
             served_before = len(results)
             report = adapter.apply(after)
-            time.sleep(1.0)  # traffic through the restarted gateway
+            wait_for(lambda: len(results) >= served_before + 4, "turns through the restarted gateway")
         finally:
             stop.set()
     assert killed and report.changed
@@ -406,7 +451,6 @@ def test_gateway_killed_during_a_transition_under_load_loses_nothing(
     assert sorted(reg.worker_type for _, reg in adapter.gateway.registered().values()) == want_types
     assert adapter.apply(after).changed == ()  # the plan is fully applied: nothing left to do
     assert not errors, errors[:3]
-    assert served_before > 0 and len(results) > served_before
     assert sum(retries for *_, retries in results) > 0  # clients did see the gateway gone, and retried
     assert all(want == got for want, got, _ in results), "a request lost or duplicated tokens"
 
