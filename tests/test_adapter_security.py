@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import sys
 import time
 from pathlib import Path
@@ -23,14 +22,13 @@ from pearl_sched.adapters.http import (
 )
 from pearl_sched.adapters.launcher import FAKE, ServerSpec, SubprocessLauncher, server_argv
 
+from .builders import free_ports
+
 KEY = "pearl-test-key-7f3a9c"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return free_ports(1)[0]
 
 
 def spec(**changes: object) -> ServerSpec:
