@@ -1,5 +1,7 @@
-"""Short-horizon demand forecast from the lifecycle of in-flight trajectories (as Prorsa does for its role
-switching): how many prefill tokens arrive and how many trajectories decode over the next planning interval.
+"""Short-horizon demand forecast from the lifecycle of in-flight trajectories.
+
+As Prorsa does for its role switching, the forecast says how many prefill tokens arrive and how many
+trajectories decode over the next planning interval.
 
 Each in-flight trajectory is in one phase — decoding (with tokens still to generate), in the environment
 (with seconds still to wait), waiting for prefill, or done — with its turns so far. The forecast rolls every
@@ -47,6 +49,17 @@ class InFlight:
 
     @classmethod
     def of(cls, phase: ArrayLike, turns_done: ArrayLike, remaining: ArrayLike) -> InFlight:
+        """Validated in-flight state from one entry per trajectory.
+
+        Args:
+            phase: :class:`Phase` values (0 decoding, 1 environment, 2 waiting for prefill, 3 done).
+            turns_done: Turns each trajectory has completed.
+            remaining: Decode tokens still to generate (decoding) or seconds still in the environment.
+
+        Raises:
+            ValueError: When the arrays differ in length, a phase is out of range, or a count is negative or
+                not finite.
+        """
         p = np.asarray(phase, dtype=np.int64)
         t = np.asarray(turns_done, dtype=float)
         r = np.asarray(remaining, dtype=float)
@@ -70,6 +83,7 @@ class DemandForecast:
 
     @property
     def prefill_tokens_per_s(self) -> float:
+        """Forecast prefill demand as a rate: prefill tokens starting per second over the horizon."""
         return self.prefill_tokens / self.horizon_s
 
     def apply(self, workload: Workload) -> Workload:
