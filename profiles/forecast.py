@@ -74,7 +74,15 @@ class InFlight:
 
 @dataclass(frozen=True)
 class DemandForecast:
-    """Prefill and decode load expected over the next ``horizon_s`` seconds."""
+    """Prefill and decode load expected over the next ``horizon_s`` seconds.
+
+    Attributes:
+        horizon_s: Length of the forecast window, seconds.
+        prefill_tokens: Appended prompt tokens whose prefill starts within the window.
+        mean_decoding: Trajectories decoding at once, averaged over the window (trajectory-seconds of decode
+            divided by ``horizon_s``).
+        finishing: Trajectories that complete their last turn within the window.
+    """
 
     horizon_s: float
     prefill_tokens: float
@@ -102,8 +110,18 @@ def forecast_demand(
 ) -> DemandForecast:
     """Roll the in-flight trajectories forward over ``horizon_s`` (module docstring).
 
-    ``env_time_s`` optionally gives each trajectory's environment time per turn (for replaying what really
-    happened); the forecast itself uses the statistics' mean.
+    Args:
+        inflight: The batch's trajectories now.
+        stats: Trajectory statistics: mean turns, appended and generated tokens per turn, environment seconds
+            per turn.
+        horizon_s: Forecast window, seconds.
+        decode_tokens_per_s: Decode rate of one trajectory, tokens per second.
+        prefill_tokens_per_s: Prefill rate of one trajectory's appended tokens, tokens per second.
+        env_time_s: Optionally each trajectory's environment seconds per turn (for replaying what really
+            happened); the forecast itself uses the statistics' mean.
+
+    Raises:
+        ValueError: When the horizon or a rate is not positive.
     """
     if horizon_s <= 0 or decode_tokens_per_s <= 0 or prefill_tokens_per_s <= 0:
         raise ValueError("horizon and rates must be positive")
