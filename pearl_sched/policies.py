@@ -1,4 +1,4 @@
-"""Switching, borrowing and expansion policies (DESIGN.md §5 and §7).
+"""Switching, borrowing and expansion policies (docs/policies.md).
 
 Each policy is a pure function of its inputs and the previous :class:`~pearl_sched.plans.PolicyState`;
 nothing here reads a clock or keeps globals, so decisions replay exactly in the simulator and in tests.
