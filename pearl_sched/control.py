@@ -23,7 +23,7 @@ from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, MissingExtraError
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.planner import plan
-from pearl_sched.plans import Plan
+from pearl_sched.plans import Plan, PolicyState
 from pearl_sched.state import ClusterState, Mode, Role, ratio_label
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,8 @@ class PlannerDecider:
 
     An infeasible state keeps the current configuration and records why (the loop never crashes on it),
     except when only the KV requirement binds: the engines queue what does not fit, so it plans for the
-    trajectories that can be resident. Any other error propagates.
+    trajectories that can be resident. Any other error propagates. ``policy_state`` is what the policies start
+    from (e.g. a preemption hazard fitted to an availability trace); each plan carries it on.
     """
 
     def __init__(
@@ -147,6 +148,7 @@ class PlannerDecider:
         costs: TransitionCosts | None = None,
         policy: PolicyConfig | None = None,
         planning_costs: TransitionCosts | None = None,
+        policy_state: PolicyState | None = None,
     ) -> None:
         self.name = name
         self.model = model
@@ -155,6 +157,7 @@ class PlannerDecider:
         self.planning_costs = planning_costs or self.costs  # what the planner believes the costs are
         self.policy = policy or PolicyConfig()
         self.current: Plan | None = None
+        self.policy_state = policy_state
         self.last_error: str = ""
 
     def decide(self, event: Event, state: ClusterState) -> Plan | None:
@@ -165,6 +168,7 @@ class PlannerDecider:
                 current=self.current,
                 costs=self.planning_costs,
                 policy=self.policy,
+                policy_state=self.policy_state if self.current is None else None,
                 backend=self.backend,
             )
         except InfeasiblePlanError as exc:
