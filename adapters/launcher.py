@@ -20,6 +20,15 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from pearl_sched.adapters.http import AdapterError, SGLangServerClient, poll
+from pearl_sched.adapters.sglang_versions import (
+    ENABLE_PD_ROLE_SWITCH,
+    NEWEST,
+    SGLangRelease,
+    check_argv,
+    installed_version,
+    release_for,
+    sglang_parser,
+)
 
 SGLANG = (sys.executable, "-m", "sglang.launch_server")
 FAKE = (sys.executable, "-m", "pearl_sched.adapters.fake_sglang")
@@ -41,6 +50,12 @@ class ServerSpec:
     enable_memory_saver: bool = False
     extra_args: tuple[str, ...] = ()
     node: str | None = None
+    sglang_version: str | None = None  # the servers' SGLang; None: the installed one, else the newest known
+
+    @property
+    def release(self) -> SGLangRelease:
+        """The SGLang release whose flags and endpoints this server has."""
+        return release_for(self.sglang_version or installed_version() or NEWEST.version)
 
     @property
     def url(self) -> str:
@@ -48,7 +63,16 @@ class ServerSpec:
 
 
 def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
-    """The argv of ``sglang.launch_server`` (or a drop-in with the same flags) for ``spec``."""
+    """The argv of ``sglang.launch_server`` (or a drop-in with the same flags) for ``spec``.
+
+    Flags that not every release has are passed only to the releases that have them
+    (:mod:`~pearl_sched.adapters.sglang_versions`); when the real ``sglang`` is importable here, the argv is also
+    parsed by its own ``ServerArgs`` parser before anything starts.
+
+    Raises:
+        SGLangCompatibilityError: The installed SGLang's parser rejects the argv.
+    """
+    release = spec.release
     argv = [
         *command,
         "--model-path",
@@ -68,13 +92,17 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
         argv += ["--disaggregation-mode", spec.role, "--disaggregation-transfer-backend", spec.transfer_backend]
         if spec.bootstrap_port is not None:
             argv += ["--disaggregation-bootstrap-port", str(spec.bootstrap_port)]
-        if spec.enable_role_switch:
-            argv.append("--enable-pd-role-switch")
+        if spec.enable_role_switch and release.has(ENABLE_PD_ROLE_SWITCH):
+            argv.append(ENABLE_PD_ROLE_SWITCH)
     elif spec.role != "regular":
         raise ValueError(f"server role must be regular, prefill or decode, not {spec.role!r}")
     if spec.enable_memory_saver:
         argv.append("--enable-memory-saver")
     argv += list(spec.extra_args)
+    if tuple(command) == SGLANG and spec.sglang_version in (None, installed_version()):
+        parser = sglang_parser()
+        if parser is not None:
+            check_argv(argv[len(command) :], parser)
     return argv
 
 

@@ -16,10 +16,10 @@ from pearl_sched.adapters.http import AdapterError
 
 try:
     import httpx
-except ImportError as exc:  # pragma: no cover - the sglang extra installs it
+except ImportError as exc:  # pragma: no cover - the client extra installs it
     from pearl_sched.errors import MissingExtraError
 
-    raise MissingExtraError(exc.name or "httpx", "sglang") from exc
+    raise MissingExtraError(exc.name or "httpx", "client") from exc
 
 
 @dataclass(frozen=True)
