@@ -16,9 +16,9 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from pearl_sched._compat import StrEnum
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError
 from pearl_sched.makespan import MakespanModel
@@ -232,7 +232,7 @@ class LoopMetrics:
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge
         except ImportError as exc:  # pragma: no cover - the sglang extra installs it
-            raise ImportError("LoopMetrics needs prometheus-client: pip install 'pearl-sched[sglang]'") from exc
+            raise ImportError("LoopMetrics needs prometheus-client: pip install 'pearl-sched[client]'") from exc
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.disaggregated = Gauge("pearl_sched_disaggregated", "1 when the plan is disaggregated", registry=r)
