@@ -113,6 +113,7 @@ class _State:
     requests_total: int = 0
     aborted_total: int = 0
     rooms: dict[int, threading.Event] = field(default_factory=dict)
+    last_sampling_params: dict[str, Any] = field(default_factory=dict)  # what the last /generate asked for
     decode_cuda_graph_bs: tuple[int, ...] = ()  # captured at start by a decode server, or on a switch to decode
 
 
@@ -252,6 +253,7 @@ class FakeSGLangServer:
         if s.role != "null" and not all(k in body for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")):
             return 400, {"error": f"a {s.role} server needs bootstrap_host, bootstrap_port and bootstrap_room"}
         params = body.get("sampling_params") or {}
+        s.last_sampling_params = dict(params)
         prompt = body.get("input_ids") or body.get("text") or ""
         prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(str(prompt).split()))
         request = _Request(
@@ -307,8 +309,16 @@ class FakeSGLangServer:
                 "finish_reason": finish,
                 "weight_version": s.weight_version,
                 "e2e_latency": request.generated * c.token_time_s,
+                **self._logprobs(body, request.generated),
             },
         }
+
+    @staticmethod
+    def _logprobs(body: dict[str, Any], generated: int) -> dict[str, Any]:
+        """``output_token_logprobs`` ([logprob, token id, text]) when asked; a fake's value, -0.1 · (position+1)."""
+        if not body.get("return_logprob"):
+            return {}
+        return {"output_token_logprobs": [[-0.1 * (i + 1), i, None] for i in range(generated)]}
 
     def pd_role_switch(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         c, s = self.config, self.state

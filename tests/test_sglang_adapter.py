@@ -416,3 +416,16 @@ def test_switch_to_decode_without_graphs_needs_their_footprint() -> None:
             assert client.live_role() == "decode" and client.decode_graphs() == DecodeGraphs((1, 2, 4), 1.0)
     finally:
         fake.stop()
+
+
+def test_rollout_client_passes_sampling_parameters_and_returns_logprobs() -> None:
+    fake = FakeSGLangServer(FakeConfig(port=free_ports(1)[0])).start()
+    client = RolloutClient(fake.url, patience_s=10.0)
+    try:
+        done = client.generate([1, 2, 3], 5, {"temperature": 0.7, "top_p": 0.9}, return_logprob=True)
+        assert fake.state.last_sampling_params == {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 5}
+        assert len(done.output_ids) == 5 and len(done.output_logprobs) == 5
+        assert client.generate([1], 3).output_logprobs == ()  # not asked for
+    finally:
+        client.close()
+        fake.stop()
