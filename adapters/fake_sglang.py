@@ -31,11 +31,16 @@ Run it like SGLang: ``python -m pearl_sched.adapters.fake_sglang --model-path M 
 [--disaggregation-mode prefill --disaggregation-bootstrap-port B] [--enable-pd-role-switch] …`` (the same flags
 ``sglang.launch_server`` takes, so a launcher can start either), or in-process with :meth:`start`.
 Fault injection for tests: ``--fake-fail-start``, ``--fake-fail-role-switch``, ``--fake-startup-delay``.
+
+Like SGLang, with ``--api-key`` every route but ``/health*`` and ``/metrics*`` answers 401 without
+``Authorization: Bearer <key>``. A decode fake fetches a room's "KV" only from a loopback address or its own
+host, never from another host a request names.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import itertools
 import json
 import logging
@@ -56,6 +61,7 @@ logger = logging.getLogger("pearl_sched.adapters.fake_sglang")
 FAKE_VERSIONS = ("0.5.2", "0.5.8", "0.5.10", "0.5.23")  # ROLL's, verl's and AReaL's pins, and the newest
 VERSION = FAKE_VERSIONS[-1]
 FAKE_DECODE_CUDA_GRAPH_BS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # what a fake decode server reports as captured
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
@@ -82,6 +88,7 @@ class FakeConfig:
     fail_start: bool = False
     fail_role_switch: bool = False
     kv_wait_s: float = 10.0
+    api_key: str | None = field(default=None, repr=False)
     fake_decode_cuda_graph_memory_gb: float = 1.0  # a fake's figure, reported as the captured graphs' footprint
 
     @property
@@ -269,6 +276,10 @@ class FakeSGLangServer:
                 with self.lock:
                     s.rooms.setdefault(room, threading.Event()).set()  # KV ready for the decode side
                 request.max_new_tokens = 1
+            elif s.role == "decode" and str(body["bootstrap_host"]) not in (*LOOPBACK, c.host):
+                return 400, {
+                    "error": f"bootstrap_host {body['bootstrap_host']!r} is not loopback or this server's host"
+                }
             elif s.role == "decode" and not _fetch_kv(
                 body["bootstrap_host"], int(body["bootstrap_port"]), room, c.kv_wait_s
             ):
@@ -449,8 +460,20 @@ class _Base(BaseHTTPRequestHandler):
 
 def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Base):
+        def authorized(self, path: str) -> bool:
+            """SGLang's rule: with an API key, only /health* and /metrics* are open."""
+            key = fake.config.api_key
+            if key is None or path.startswith(("/health", "/metrics")):
+                return True
+            if hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {key}"):
+                return True
+            self.reply(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
+            if not self.authorized(path):
+                return
             if path not in fake.routes():
                 self.reply(404, {"detail": "Not Found"})
             elif path in ("/health", "/health_generate"):
@@ -479,6 +502,8 @@ def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?")[0]
+            if not self.authorized(path):
+                return
             body = self.body()
             routes: dict[str, Callable[[], tuple[int, dict[str, Any]]]] = {
                 "/generate": lambda: fake.generate(body),
@@ -587,6 +612,7 @@ def parse_args(argv: list[str]) -> FakeConfig:
         startup_delay_s=args.fake_startup_delay,
         fail_start=args.fake_fail_start,
         fail_role_switch=args.fake_fail_role_switch,
+        api_key=args.api_key,
     )
 
 
