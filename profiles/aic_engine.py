@@ -191,9 +191,15 @@ class AicStepTimes:
         backend: ``sglang``, ``vllm`` or ``trtllm``.
         tp: tensor parallel size (attention).
         attention_dp: attention data-parallel size (MoE models).
-        moe_tp: MoE tensor parallel size (default 1 when ``moe_ep`` is given, else ``tp``).
+        moe_tp: MoE tensor parallel size (default ``tp × attention_dp / moe_ep``: SGLang shards experts by TP
+            unless expert parallelism is asked for).
         moe_ep: MoE expert parallel size.
         backend_version: a version or slot alias the system ships (default: the engine's current one).
+        gemm_quant_mode: GEMM precision as aiconfigurator names it (``bfloat16``, ``fp8``, ``fp8_block``,
+            ``nvfp4``, ...); default: inferred from the model config, as the engine does.
+        moe_quant_mode: MoE expert precision, likewise.
+        kvcache_quant_mode: KV-cache precision, likewise.
+        fmha_quant_mode: attention precision, likewise.
         calibration: an online correction from observed step times (none: the engine's kernel sums only).
         snap_bits: memoisation grid, ``2**snap_bits`` steps per octave of each token argument (about 1.1–1.6% at
             the default 6; powers of two exact); None: exact whole tokens.
@@ -207,6 +213,10 @@ class AicStepTimes:
     moe_tp: int | None = None
     moe_ep: int | None = None
     backend_version: str | None = None
+    gemm_quant_mode: str | None = None
+    moe_quant_mode: str | None = None
+    kvcache_quant_mode: str | None = None
+    fmha_quant_mode: str | None = None
     calibration: StepTimeCalibration | None = None
     snap_bits: int | None = 6
     model_id: str = field(init=False)
@@ -223,7 +233,7 @@ class AicStepTimes:
                 f"supported for {self.backend}: {', '.join(systems)}"
             )
         self.model_id = resolve_model(self.model)
-        moe_tp = self.moe_tp if self.moe_tp is not None else (1 if self.moe_ep else None)
+        moe_tp = self._moe_tp()
         try:
             from aiconfigurator_core.sdk.engine import EngineHandle
 
@@ -236,9 +246,17 @@ class AicStepTimes:
                 attention_dp_size=self.attention_dp,
                 moe_tp_size=moe_tp,
                 moe_ep_size=self.moe_ep,
+                gemm_quant_mode=self.gemm_quant_mode,
+                moe_quant_mode=self.moe_quant_mode,
+                kvcache_quant_mode=self.kvcache_quant_mode,
+                fmha_quant_mode=self.fmha_quant_mode,
                 systems_path=str(root / "systems"),
             )
-            self._handle.predict_decode_latency(1, 128, 2)  # perf-data misses surface here, not mid-simulation
+            # perf-data misses surface here rather than mid-simulation: one call of each kind
+            self._handle.predict_prefill_latency(1, 256, 0)
+            self._handle.predict_prefill_latency(1, 256, 128)
+            self._handle.decode_step_latency(1, 255, 2)
+            self._handle.mixed_step_breakdown(128, 1, 256, 2, 128)
         except (AssertionError, ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AicCoverageError(
@@ -248,6 +266,9 @@ class AicStepTimes:
         self._prefill_ms = functools.lru_cache(maxsize=1 << 16)(self._prefill_ms_exact)
         self._decode_ms = functools.lru_cache(maxsize=1 << 16)(self._decode_ms_exact)
         self._mixed_ms = functools.lru_cache(maxsize=1 << 16)(self._mixed_ms_exact)
+
+    def _moe_tp(self) -> int:
+        return self.moe_tp if self.moe_tp is not None else self.tp * self.attention_dp // (self.moe_ep or 1)
 
     # -- provenance -----------------------------------------------------------------------------------------
     @property
@@ -259,6 +280,8 @@ class AicStepTimes:
         if self.moe_ep:
             par += f" ep{self.moe_ep}"
         version = self.backend_version or "current"
+        if self.gemm_quant_mode:
+            par += f" {self.gemm_quant_mode}"
         cal = f"; calibrated {self.calibration.describe()}" if self.calibration else "; uncalibrated"
         return (
             f"aiconfigurator-core {aic_version()} engine: {self.model_id} {self.gpu} {self.backend}@{version} "
@@ -271,18 +294,30 @@ class AicStepTimes:
         return self._handle
 
     # -- exact engine calls (milliseconds), memoised by the wrappers above ----------------------------------
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (ValueError, RuntimeError) as exc:  # aiconfigurator_core.sdk.errors: perf data missing at a shape
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} has no {what} data for {self.model_id} on {self.gpu} "
+                f"({self.backend}, tp={self.tp}) at {args}: {first}"
+            ) from None
+
     def _prefill_ms_exact(self, per_seq: int, sequences: int, cached: int) -> float:
-        return float(self._handle.predict_prefill_latency(sequences, per_seq + cached, cached))
+        h = self._handle
+        return float(self._call("prefill", h.predict_prefill_latency, sequences, per_seq + cached, cached))
 
     def _decode_ms_exact(self, batch: int, context: int) -> float:
-        return float(self._handle.decode_step_latency(batch, max(context - 1, 1), 2))
+        return float(self._call("decode", self._handle.decode_step_latency, batch, max(context - 1, 1), 2))
 
     def _mixed_ms_exact(self, per_seq: int, sequences: int, cached: int, batch: int, context: int) -> float:
         new = per_seq * sequences
         isl = per_seq + cached
-        with_decode = self._handle.mixed_step_breakdown(new, batch, isl, 2, cached)
-        alone = self._handle.mixed_step_breakdown(new, 0, isl, 2, cached)
-        at_context = self._handle.mixed_step_breakdown(new, batch, max(context - 1, 1), 2, 0)
+        breakdown = self._handle.mixed_step_breakdown
+        with_decode = self._call("mixed", breakdown, new, batch, isl, 2, cached)
+        alone = self._call("mixed", breakdown, new, 0, isl, 2, cached)
+        at_context = self._call("mixed", breakdown, new, batch, max(context - 1, 1), 2, 0)
         prefill_attention = self._prefill_ms(per_seq, sequences, cached) - alone[1]
         return float(with_decode[1] + max(prefill_attention, 0.0) + at_context[3])
 
@@ -363,27 +398,42 @@ class AicStepTimes:
             raise AicCoverageError(f"kv_capacity_tokens models SGLang's pool only, not {self.backend}")
         if mem_fraction_static is None:
             mem_fraction_static = self._sglang_fraction()
-        estimate = estimate_kv_cache(
-            self.model_id,
-            self.gpu,
-            self.backend,
-            _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None),
-            max_num_tokens=8192,
-            max_batch_size=256,
-            memory_fraction_kind="of_total",
-            memory_fraction_value=mem_fraction_static,
-            tp_size=self.tp,
-            attention_dp_size=self.attention_dp,
-            moe_tp_size=self.moe_tp if self.moe_tp is not None else (1 if self.moe_ep else None),
-            moe_ep_size=self.moe_ep,
-            systems_path=systems,
-        )
+        try:
+            estimate = estimate_kv_cache(
+                self.model_id,
+                self.gpu,
+                self.backend,
+                _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None),
+                max_num_tokens=8192,
+                max_batch_size=256,
+                memory_fraction_kind="of_total",
+                memory_fraction_value=mem_fraction_static,
+                tp_size=self.tp,
+                attention_dp_size=self.attention_dp,
+                moe_tp_size=self._moe_tp(),
+                moe_ep_size=self.moe_ep,
+                gemm_quant_mode=self.gemm_quant_mode,
+                moe_quant_mode=self.moe_quant_mode,
+                kvcache_quant_mode=self.kvcache_quant_mode,
+                fmha_quant_mode=self.fmha_quant_mode,
+                systems_path=systems,
+            )
+        except ValueError as exc:
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} has no KV pool for {self.model_id} on {self.gpu} "
+                f"(tp={self.tp}, mem_fraction_static={mem_fraction_static}): {str(exc).splitlines()[0]}"
+            ) from None
         return int(estimate["total_kv_size_tokens"])
 
-    def _sglang_fraction(self) -> float:
+    def gpu_memory_bytes(self) -> int:
+        """One GPU's memory as the aiconfigurator system file gives it (``gpu.mem_capacity``)."""
         import yaml  # aiconfigurator-core depends on PyYAML
-        from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
 
         system = yaml.safe_load((_package_root() / "systems" / f"{self.gpu}.yaml").read_text())
-        capacity = int(system["gpu"]["mem_capacity"])
+        return int(system["gpu"]["mem_capacity"])
+
+    def _sglang_fraction(self) -> float:
+        from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
+
+        capacity = self.gpu_memory_bytes()
         return float(derive_sglang_mem_fraction_static(capacity, tp_size=self.tp, dp_size=self.attention_dp))
