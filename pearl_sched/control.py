@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
-from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.errors import InfeasiblePlanError, MissingExtraError
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.planner import plan
 from pearl_sched.plans import Plan
@@ -232,7 +232,7 @@ class LoopMetrics:
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge
         except ImportError as exc:  # pragma: no cover - the sglang extra installs it
-            raise ImportError("LoopMetrics needs prometheus-client: pip install 'pearl-sched[sglang]'") from exc
+            raise MissingExtraError("prometheus-client", "sglang") from exc
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.disaggregated = Gauge("pearl_sched_disaggregated", "1 when the plan is disaggregated", registry=r)

@@ -52,12 +52,17 @@ class SlotAssignment(Frozen):
 
 
 class SolverInfo(Frozen):
-    """How the configuration was found. ``wall_time_s`` is the only field that varies between runs."""
+    """How the configuration was found. ``wall_time_s`` is the only field that varies between runs.
+
+    ``objective_s`` is the chosen configuration's exact objective; ``bound_s`` the lower bound the solve that
+    found it proved (``None`` for the enumeration or an unproven incumbent). ``backend`` is the resolved
+    backend, written ``auto:<name>`` when plan() was asked for ``"auto"``.
+    """
 
     backend: str
     status: str
-    objective: float
-    bound: float | None
+    objective_s: float
+    bound_s: float | None
     rounds: int = 0
     rounding_error: NonNegFloat = 0.0
     solves: int = 0

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
+from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
@@ -291,7 +292,7 @@ class SimCluster:
         else:
             counts = {"prefill": max(1, len(by_role[Role.PREFILL])), "decode": max(1, len(by_role[Role.DECODE]))}
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
-            raise RuntimeError(f"slots serve roles that do not match the {mode.value} mode")
+            raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
         pool = self.setting.pool(mode, **counts)
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
@@ -334,7 +335,7 @@ class SimCluster:
         if running:
             self.now = to
             if not self.pending and not any(self.batch.alive()[0]) and self.batch.unfinished and math.isinf(to):
-                raise RuntimeError("the batch stalled: no prefill worker and none joining")
+                raise SimulationError("the batch stalled: no prefill worker and none joining")
         else:
             self.now = self.batch_start + self.batch.result().makespan_s
         return running
@@ -455,7 +456,7 @@ def run_segment(
         record = loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):
-            raise RuntimeError(f"{decider.name}: no rollout worker at the step boundary ({record.reason})")
+            raise SimulationError(f"{decider.name}: no rollout worker at the step boundary ({record.reason})")
         cluster.launch(step)
         ratio_at_start = cluster.serving()
         ratios.append((t, ratio_at_start))
