@@ -225,6 +225,7 @@ class AicStepTimes:
     _handle: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Check coverage, compile the engine and probe one call of each kind (raises :class:`AicCoverageError`)."""
         root = _package_root()
         if self.backend not in BACKENDS:
             raise AicCoverageError(f"aiconfigurator-core has no backend {self.backend!r}; supported: {BACKENDS}")
