@@ -139,7 +139,12 @@ class WorkerMemory:
 
     def settle(self, decode_tokens: float) -> None:
         """Evict least recently used prefixes, from their tails, until the pool fits; record the peak."""
-        over = self.used(decode_tokens) - self.capacity_tokens
+        used = self.locked_tokens + self.evictable_tokens + self.private_tokens + decode_tokens
+        if used <= self.capacity_tokens:  # the common case: nothing to evict
+            if used > self.peak_tokens:
+                self.peak_tokens = used
+            return
+        over = used - self.capacity_tokens
         while over > 1e-6 and self.lru:
             index, tokens = next(iter(self.lru.items()))
             cut = min(tokens, over)

@@ -438,9 +438,7 @@ class RolloutSimulation:
             retractions=self.retractions,
             transferred_bytes=self.transferred_bytes,
             cache_hit_tokens=self.cache_hit_tokens,
-            peak_kv_fraction=max(
-                (peak / self.pool.kv_capacity_tokens for peak in self.peak_kv_tokens()), default=0.0
-            ),
+            peak_kv_fraction=max((peak / self.pool.kv_capacity_tokens for peak in self.peak_kv_tokens()), default=0.0),
         )
 
     # -- prefill --------------------------------------------------------------------------------------------
@@ -476,9 +474,7 @@ class RolloutSimulation:
         if not d.active or math.isinf(d.memory.capacity_tokens):
             return 0.0
         ratio = d.new_token_ratio()
-        return ratio * sum(
-            min(c.max_new - max(0.0, d.clock - c.start), CLIP_MAX_NEW_TOKENS) for c in d.charge.values()
-        )
+        return ratio * sum(min(c.max_new - max(0.0, d.clock - c.start), CLIP_MAX_NEW_TOKENS) for c in d.charge.values())
 
     def _start_prefill(self, worker: int) -> None:
         """Form the next prefill batch as SGLang's PrefillAdder does: FCFS, admission by memory, chunked."""
@@ -497,7 +493,7 @@ class RolloutSimulation:
         while p.queue and budget > 0:
             job = p.queue[0]
             if not job.admitted:
-                match = min(mem.cached(job.index), job.prompt_tokens - 1)
+                match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
                 extend = job.prompt_tokens - match
                 reserve = min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0
                 if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN, the queue waits
@@ -534,9 +530,10 @@ class RolloutSimulation:
             if self.pool.enable_mixed_chunk and d.active:
                 p.mixed_decode = True
                 n = len(d.active)
-                duration = mixed_step_s(
-                    self.pool.step_times, tokens, len(batch), cached, n, d.context_total / n
-                ) + self.pool.step_overhead_s
+                duration = (
+                    mixed_step_s(self.pool.step_times, tokens, len(batch), cached, n, d.context_total / n)
+                    + self.pool.step_overhead_s
+                )
         self._push(self.now + duration, _Kind.PREFILL_DONE, worker, p.version)
 
     def _holds_work(self, worker: int) -> bool:
@@ -598,7 +595,8 @@ class RolloutSimulation:
             dec.incoming += 1
             if self.pool.decode_radix_cache:  # --disaggregation-decode-enable-radix-cache: matched, locked
                 dec.advance(self.now)
-                cached = dec.memory.lock(job.index, min(dec.memory.cached(job.index), job.prompt_tokens - 1))
+                held = math.floor(dec.memory.cached(job.index) + 1e-9)
+                cached = dec.memory.lock(job.index, min(held, job.prompt_tokens - 1))
         t.decode_worker, t.decode_cached = target, cached
         size = (job.prompt_tokens - cached) * self.pool.kv_bytes_per_token
         self.transferred_bytes += size
@@ -634,7 +632,7 @@ class RolloutSimulation:
     def _admit(self, worker: int) -> None:
         """PD decode side: resume retracted requests, then admit arrived ones while the pool has room."""
         d = self.decoders[worker]
-        if not d.alive:
+        if not d.alive or not (d.retracted or d.waiting):
             return
         d.advance(self.now)
         placed = False

@@ -26,6 +26,10 @@ BALANCE_REL_THRESHOLD = 1.5
 CACHE_TTL_S = 180.0
 
 
+def _by_load(worker_load: tuple[int, int]) -> tuple[int, int]:
+    return worker_load[1], worker_load[0]
+
+
 @dataclass
 class Router:
     """One routing policy over one set of workers (prefill, decode or colocated)."""
@@ -40,7 +44,7 @@ class Router:
 
     def route(self, index: int, prompt_tokens: float, now_s: float, loads: Sequence[tuple[int, int]]) -> int:
         """The worker for the trajectory's request; ``loads`` holds (worker, requests in flight) of live workers."""
-        least = min(loads, key=lambda wl: (wl[1], wl[0]))[0]
+        least = min(loads, key=_by_load)[0]
         if self.policy == "round_robin":
             live = sorted(w for w, _ in loads)
             worker = live[self.turn % len(live)]

@@ -70,6 +70,7 @@ class Setting:
     router: str = "cache_aware"
     decode_radix_cache: bool = False
     enable_mixed_chunk: bool = False
+    step_overhead_s: float = STEP_OVERHEAD_S
 
     @classmethod
     def load(cls, scenario: Scenario, data: Path) -> Setting:
@@ -211,7 +212,7 @@ class Setting:
             router=self.router,
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
-            step_overhead_s=STEP_OVERHEAD_S,
+            step_overhead_s=self.step_overhead_s,
             max_context_tokens=self.scenario.max_length_tokens,
         )
 
