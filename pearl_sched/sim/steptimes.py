@@ -1,9 +1,17 @@
 """Step-time sources the simulator's workers run on.
 
-A :class:`StepTimes` gives one prefill batch's time and one decode iteration's time. Two implementations:
-:class:`LinearStepTimes` from PEARL's device parameters (``t_p`` per token; ``A + b·n`` per iteration),
-and :class:`ComposedStepTimes` around a :class:`~pearl_sched.profiles.kernels.ComposedStepModel` (kernel tables
-composed for a model, GPU and TP), memoised on a coarse grid so a long simulation stays fast.
+A :class:`StepTimes` gives one prefill batch's time, one decode iteration's time and one mixed iteration's time
+(a prefill chunk in the same forward pass as a decode batch, as SGLang's chunked prefill runs them), and says in
+``source`` which path produced them. Three implementations:
+
+* :class:`LinearStepTimes` from PEARL's device parameters (``t_p`` per token; ``A + b·n`` per iteration);
+* :class:`ComposedStepTimes` around a :class:`~pearl_sched.profiles.kernels.ComposedStepModel` (kernel tables
+  composed for a model, GPU and TP), memoised on a coarse grid so a long simulation stays fast;
+* ``pearl_sched.profiles.aic_engine.AicStepTimes``: NVIDIA aiconfigurator-core's compiled engine (the ``aic``
+  extra), any model / GPU / backend / parallelism it ships, with online calibration from observed step times.
+
+The first two have no model of a mixed pass: their ``mixed_s`` is the sum of the prefill and decode parts run
+back to back (an upper bound: a real mixed pass reads the weights once for both).
 """
 
 from __future__ import annotations
@@ -27,6 +35,35 @@ class StepTimes(Protocol):
         """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
         ...
 
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """One forward pass running a prefill chunk together with a decode batch."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """Which path produced these step times (shown in every report)."""
+        ...
+
+
+def _sequential_mixed_s(
+    steps: StepTimes,
+    prefill_new_tokens: float,
+    prefill_sequences: int,
+    prefill_cached_tokens: float,
+    decode_batch: int,
+    decode_context_tokens: float,
+) -> float:
+    prefill = steps.prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens)
+    decode = steps.decode_s(decode_batch, decode_context_tokens) if decode_batch > 0 else 0.0
+    return prefill + decode
+
 
 class LinearStepTimes:
     """PEARL's linear forms: prefill ``t_p`` per new token, decode ``A + b·n`` (context-independent)."""
@@ -39,6 +76,24 @@ class LinearStepTimes:
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
         return self.device.decode_iteration_s + self.device.decode_per_seq_s * batch
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (PEARL's linear forms have no mixed pass)."""
+        return _sequential_mixed_s(
+            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """``pearl-linear``: PEARL's device parameters."""
+        return "pearl-linear (device parameters; mixed = prefill + decode)"
 
 
 class ComposedStepTimes:
@@ -70,3 +125,21 @@ class ComposedStepTimes:
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
         return self._decode(batch, self._snap(max(context_tokens, 1.0)))  # batch exact: the iteration's size
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (the kernel composition has no mixed pass)."""
+        return _sequential_mixed_s(
+            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """``kernel-composition``: aiconfigurator's kernel tables composed here."""
+        return "kernel-composition (aiconfigurator SGLang kernel tables; mixed = prefill + decode)"
