@@ -157,7 +157,7 @@ def test_mixed_chunk_lets_decode_advance_during_a_prefill() -> None:
     )
     assert max(mixed.finish_times_s) == pytest.approx(0.03 + 4.0 + 0.20)
     assert mixed.generated_tokens == plain.generated_tokens == 32
-    # With no mixed_s of its own, a source's mixed step is its prefill plus its decode step: no gain.
+    # LinearStepTimes has no model of a mixed pass: its mixed_s is the prefill plus the decode step, so no gain.
     additive = simulate_batch(
         Pool(Mode.COLOCATED, FLAT, colocated_workers=1, chunk_tokens=500, enable_mixed_chunk=True), [short, late]
     )

@@ -531,7 +531,7 @@ class RolloutSimulation:
                 p.mixed_decode = True
                 n = len(d.active)
                 duration = (
-                    mixed_step_s(self.pool.step_times, tokens, len(batch), cached, n, d.context_total / n)
+                    self.pool.step_times.mixed_s(tokens, len(batch), cached, n, d.context_total / n)
                     + self.pool.step_overhead_s
                 )
         self._push(self.now + duration, _Kind.PREFILL_DONE, worker, p.version)
@@ -846,27 +846,6 @@ class RolloutSimulation:
         p.alive = False
         p.version += 1
         return fresh
-
-
-def mixed_step_s(
-    steps: StepTimes,
-    prefill_new_tokens: float,
-    prefill_sequences: int,
-    prefill_cached_tokens: float,
-    decode_batch: int,
-    decode_context_tokens: float,
-) -> float:
-    """One mixed step (a prefill chunk and the decode batch together): the source's ``mixed_s`` where it has one,
-    else the two steps' sum (the composition SGLang's mixed batch bounds from above: one forward pass instead of
-    two, so the weights are read once — an upper bound, said so in docs/simulator.md)."""
-    mixed = getattr(steps, "mixed_s", None)
-    if mixed is not None:
-        return float(
-            mixed(prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens)
-        )
-    return steps.prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens) + steps.decode_s(
-        decode_batch, decode_context_tokens
-    )
 
 
 def simulate_batch(
