@@ -165,6 +165,21 @@ def test_mixed_chunk_lets_decode_advance_during_a_prefill() -> None:
     assert mixed.generated_tokens == plain.generated_tokens == 32
 
 
+def test_attention_dp_prefill_on_one_rank_holds_the_other_ranks_decode() -> None:
+    short = TrajectorySpec((Turn(10, 30, 0.0),))
+    late = TrajectorySpec((Turn(10, 1, 0.0), Turn(4000, 1, 0.0)))
+    # Two ranks: short on rank 0, late on rank 1 (least loaded, then cache-aware back to rank 1). Both prompts
+    # prefill in parallel (0.01 s), one decode step (0.02 s) ends late's first turn, and its 4,000-token prompt
+    # prefills on rank 1 for 4 s.
+    separate = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2), [short, late])
+    assert max(separate.finish_times_s) == pytest.approx(4.02 + 0.01)  # short ended at 0.31 s, untouched
+    assert min(separate.finish_times_s) == pytest.approx(0.01 + 0.30)
+    # One engine with attention-DP 2: rank 1's 4 s prefill holds rank 0's decode, so short (1 token done at
+    # 0.02 s) decodes its other 29 after 4.02 s (Prorsa's first reason).
+    engine = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, attention_dp=2), [short, late])
+    assert max(engine.finish_times_s) == pytest.approx(4.02 + 0.29)
+
+
 @st.composite
 def tight_batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec]]:
     trajectories = [
@@ -190,6 +205,7 @@ def tight_batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec]]:
             FLAT,
             colocated_workers=draw(st.integers(1, 3)),
             enable_mixed_chunk=draw(st.booleans()),
+            attention_dp=draw(st.sampled_from([1, 2])),
             **common,  # type: ignore[arg-type]
         )
     else:

@@ -92,6 +92,9 @@ class Pool:
         step_overhead_s: Framework seconds added to every step (scheduling, sampling, launch).
         schedule_conservativeness: SGLang's ``--schedule-conservativeness`` (scales the new-token ratio).
         max_context_tokens: The rollout's maximum length; a request's max_new_tokens is what it leaves.
+        attention_dp: Attention-DP ranks per engine (SGLang ``--enable-dp-attention --dp-size``): every
+            ``attention_dp`` consecutive colocated workers are the ranks of one engine, whose MoE layers run in
+            lock-step, so a prefill step on one rank holds every other rank's decode for its duration.
     """
 
     mode: Mode
@@ -109,6 +112,7 @@ class Pool:
     step_overhead_s: float = 0.0
     schedule_conservativeness: float = 1.0
     max_context_tokens: int = 32768
+    attention_dp: int = 1
 
     def __post_init__(self) -> None:
         if self.mode is Mode.COLOCATED and (self.colocated_workers < 1 or self.prefill_workers or self.decode_workers):
@@ -121,6 +125,8 @@ class Pool:
             raise ValueError("chunk_tokens must be ≥ 1")
         if self.router not in ROUTER_POLICIES:
             raise ValueError(f"router must be one of {', '.join(ROUTER_POLICIES)}, not {self.router!r}")
+        if self.attention_dp < 1:
+            raise ValueError("attention_dp must be ≥ 1")
         if self.step_overhead_s < 0 or self.schedule_conservativeness <= 0 or self.kv_capacity_tokens <= 0:
             raise ValueError("step_overhead_s must be ≥ 0; schedule_conservativeness and kv_capacity_tokens > 0")
 
@@ -234,6 +240,7 @@ class _Decoder:
     since: float = 0.0
     tau: float = 0.0
     paused: bool = False
+    held: int = 0  # attention-DP: prefill steps of other ranks of the engine holding this rank's decode
     version: int = 0
     busy_s: float = 0.0
     occupancy_s: float = 0.0  # ∫ (sequences in the decode phase) dt, paused or not
@@ -298,6 +305,7 @@ class _Prefiller:
     alive: bool = True
     version: int = 0
     mixed_decode: bool = False  # the running step also ran one decode iteration (mixed chunk)
+    holding: list[int] = field(default_factory=list)  # attention-DP: other ranks whose decode this step holds
 
 
 class RolloutSimulation:
@@ -496,7 +504,8 @@ class RolloutSimulation:
                 match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
                 extend = job.prompt_tokens - match
                 reserve = min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0
-                if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN, the queue waits
+                reserve += min(mem.lru.get(job.index, 0.0), match)  # locking the prefix takes it out of evictable
+                if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN (re-checked after the lock), the queue waits
                     if not batch and not self._holds_work(worker):
                         raise ValueError(
                             f"trajectory {job.index} needs {extend + reserve:.0f} KV tokens, more than a"
@@ -508,8 +517,10 @@ class RolloutSimulation:
                 job.admitted = True
                 headroom -= extend + reserve
             chunk = min(job.left, budget)
-            if job.done and chunk > mem.available(decode_kv):  # a later chunk waits for room
-                break
+            if job.done:  # a later chunk of an admitted prompt: it must fit, and new admissions come after it
+                if chunk > mem.available(decode_kv):
+                    break
+                headroom -= chunk
             batch.append((job, chunk))
             budget -= chunk
             mem.private_tokens += chunk
@@ -527,14 +538,38 @@ class RolloutSimulation:
         if d is not None:  # the worker's decode batch waits (prefill first) or rides along (mixed chunk)
             d.paused = True
             d.version += 1
-            if self.pool.enable_mixed_chunk and d.active:
+            if self.pool.enable_mixed_chunk and d.active and not d.held:
                 p.mixed_decode = True
                 n = len(d.active)
                 duration = (
                     self.pool.step_times.mixed_s(tokens, len(batch), cached, n, d.context_total / n)
                     + self.pool.step_overhead_s
                 )
+        if d is not None and self.pool.attention_dp > 1:  # the engine's other ranks wait for this step
+            k = self.pool.attention_dp
+            for rank in range(worker - worker % k, min(worker - worker % k + k, len(self.decoders))):
+                other = self.decoders[rank]
+                if rank != worker and other.alive:
+                    other.advance(self.now)
+                    other.held += 1
+                    other.paused = True
+                    other.version += 1
+                    p.holding.append(rank)
         self._push(self.now + duration, _Kind.PREFILL_DONE, worker, p.version)
+
+    def _release_holds(self, worker: int) -> None:
+        """Attention-DP: the prefill step on ``worker`` ended; the engine's other ranks decode again."""
+        p = self.prefillers[worker]
+        holding, p.holding = p.holding, []
+        for rank in holding:
+            other = self.decoders[rank]
+            if not other.alive:
+                continue
+            other.advance(self.now)
+            other.held -= 1
+            if other.held == 0 and self.prefillers[rank].running is None:
+                other.paused = False
+                self._reschedule(rank)
 
     def _holds_work(self, worker: int) -> bool:
         """Whether the worker holds anything that will free memory by itself."""
@@ -551,7 +586,8 @@ class RolloutSimulation:
             d.advance(self.now)
             if p.mixed_decode and d.active:
                 d.clock += 1.0  # the decode batch ran one iteration inside the mixed step
-            d.paused = False
+            d.paused = d.held > 0
+            self._release_holds(worker)
         for job, chunk in batch:
             job.done += chunk
             self.prefilled += chunk
@@ -832,6 +868,7 @@ class RolloutSimulation:
         p = self.prefillers[worker]
         if not p.alive:
             raise ValueError(f"prefill worker {worker} has already left")
+        self._release_holds(worker)
         jobs = [job for job, _ in p.running or []] + list(p.queue)
         seen: set[int] = set()
         fresh: list[_Job] = []
