@@ -503,7 +503,7 @@ class RolloutSimulation:
             if not job.admitted:
                 match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
                 extend = job.prompt_tokens - match
-                reserve = min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0
+                reserve = float(min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0)
                 reserve += min(mem.lru.get(job.index, 0.0), match)  # locking the prefix takes it out of evictable
                 if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN (re-checked after the lock), the queue waits
                     if not batch and not self._holds_work(worker):
