@@ -246,6 +246,7 @@ class _Decoder:
     occupancy_s: float = 0.0  # ∫ (sequences in the decode phase) dt, paused or not
     alive: bool = True
     charge: dict[int, _Charge] = field(default_factory=dict)
+    unclipped: set[int] = field(default_factory=set)  # sequences whose admission reserve is not always the clip
     waiting: deque[tuple[int, float]] = field(default_factory=deque)  # PD: (trajectory, private KV) sent here
     retracted: deque[int] = field(default_factory=deque)  # PD: offloaded to host, resumed first
     incoming: int = 0  # PD: transfers on their way here
@@ -288,6 +289,7 @@ class _Decoder:
     def drop(self, index: int) -> _Charge:
         c = self.charge.pop(index)
         del self.active[index]
+        self.unclipped.discard(index)
         self.kv_base -= c.private - c.start
         self.context_total -= c.share
         if not self.active:
@@ -481,8 +483,12 @@ class RolloutSimulation:
         """PrefillAdder's reserve for the running batch: Σ min(max_new − out, clip) × new_token_ratio."""
         if not d.active or math.isinf(d.memory.capacity_tokens):
             return 0.0
-        ratio = d.new_token_ratio()
-        return ratio * sum(min(c.max_new - max(0.0, d.clock - c.start), CLIP_MAX_NEW_TOKENS) for c in d.charge.values())
+        # A sequence that will still have ≥ clip tokens of max_new left at the end of its turn always counts the
+        # clip: only the others are summed one by one (in rollouts nearly every sequence is of the first kind).
+        exact = sum(
+            min(d.charge[i].max_new - max(0.0, d.clock - d.charge[i].start), CLIP_MAX_NEW_TOKENS) for i in d.unclipped
+        )
+        return d.new_token_ratio() * (CLIP_MAX_NEW_TOKENS * (len(d.active) - len(d.unclipped)) + exact)
 
     def _start_prefill(self, worker: int) -> None:
         """Form the next prefill batch as SGLang's PrefillAdder does: FCFS, admission by memory, chunked."""
@@ -707,6 +713,8 @@ class RolloutSimulation:
         heapq.heappush(d.finishing, (finish, index))
         c = _Charge(tokens, d.clock, private, t.context + tokens / 2, self._max_new(t.context))
         d.charge[index] = c
+        if c.max_new - c.tokens < CLIP_MAX_NEW_TOKENS:
+            d.unclipped.add(index)
         d.kv_base += private - d.clock
         d.context_total += c.share
         if reschedule:
