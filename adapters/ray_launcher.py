@@ -38,7 +38,7 @@ class _ServerActor:
 
     def start(self, spec: ServerSpec, ready_timeout_s: float) -> tuple[str, tuple[int, ...]]:
         gpus = tuple(int(g) for g in ray.get_gpu_ids())
-        host = spec.host if spec.host not in ("127.0.0.1", "localhost") else ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        host = spec.host if spec.host not in ("127.0.0.1", "localhost") else ray.util.get_node_ip_address()
         placed = dataclasses.replace(spec, gpu_ids=gpus or spec.gpu_ids, host=host)
         self.handle = self.launcher.start(placed, ready_timeout_s=ready_timeout_s)
         return host, placed.gpu_ids

@@ -10,8 +10,10 @@ from pearl_sched.errors import (
     InvalidStateError,
     MissingExtraError,
     PearlSchedError,
+    SimulationError,
     SolverError,
     SolverUnavailableError,
+    TelemetryRejected,
 )
 from pearl_sched.makespan import (
     DeviceParams,
@@ -54,9 +56,11 @@ __all__ = [
     "PolicyState",
     "PoolCapacity",
     "Role",
+    "SimulationError",
     "SolverError",
     "SolverUnavailableError",
     "Status",
+    "TelemetryRejected",
     "TransitionCosts",
     "Worker",
     "Workload",

@@ -20,11 +20,11 @@ from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
-from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.errors import InfeasiblePlanError, MissingExtraError
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.planner import plan
 from pearl_sched.plans import Plan
-from pearl_sched.state import ClusterState, Mode, Role
+from pearl_sched.state import ClusterState, Mode, Role, ratio_label
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +71,8 @@ class Assignment:
 
     @property
     def ratio(self) -> str:
-        counts = {r: sum(1 for v in self.role_map.values() if v is r) for r in (Role.PREFILL, Role.DECODE)}
-        if self.mode is Mode.COLOCATED:
-            return f"{sum(1 for v in self.role_map.values() if v is Role.COLOCATED)}C"
-        return f"{counts[Role.PREFILL]}P{counts[Role.DECODE]}D"
+        roles = list(self.role_map.values())
+        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
 @dataclass(frozen=True)
@@ -232,7 +230,7 @@ class LoopMetrics:
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge
         except ImportError as exc:  # pragma: no cover - the sglang extra installs it
-            raise ImportError("LoopMetrics needs prometheus-client: pip install 'pearl-sched[sglang]'") from exc
+            raise MissingExtraError("prometheus-client", "sglang") from exc
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.disaggregated = Gauge("pearl_sched_disaggregated", "1 when the plan is disaggregated", registry=r)

@@ -164,14 +164,17 @@ class PearlMakespanModel:
     """PEARL's closed-form makespan model (DESIGN.md §4.1), reproduced exactly for homogeneous pools."""
 
     def __init__(self, params: PearlParams) -> None:
+        """A model over ``params``; the first device is the reference the capacities are counted in."""
         self.params = params
         self._devices = {(d.gpu_type, d.tp): d for d in params.devices}
 
     @property
     def name(self) -> str:
+        """``"pearl"``."""
         return "pearl"
 
     def describe(self) -> dict[str, object]:
+        """The name and the parameters, as JSON (part of the plan's input digest)."""
         return {"name": self.name, "params": self.params.model_dump(mode="json")}
 
     @property
@@ -190,6 +193,7 @@ class PearlMakespanModel:
             ) from None
 
     def capacity_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role) -> float:
+        """Reference workers one worker of (gpu_type, tp) is worth in ``role``: the ratio of per-token times."""
         ref, dev = self.reference, self.device(gpu_type, tp)
         if role is Role.PREFILL:
             return ref.prefill_s_per_token / dev.prefill_s_per_token
@@ -203,12 +207,15 @@ class PearlMakespanModel:
         raise ValueError(f"{role} is not a rollout role")
 
     def kv_capacity_bytes(self, gpu_type: str, tp: int) -> float:
+        """KV-cache bytes one worker of (gpu_type, tp) holds [H_max]."""
         return self.device(gpu_type, tp).kv_capacity_bytes
 
     def prefill_tokens_per_s(self, gpu_type: str, tp: int) -> float:
+        """Sustained prefill throughput of one worker of (gpu_type, tp): the inverse of its per-token time."""
         return 1.0 / self.device(gpu_type, tp).prefill_s_per_token
 
     def terms(self, workload: Workload) -> MakespanTerms:
+        """PEARL's pool terms f_r(E) = a_r + w_r / E for this workload (docs/makespan.md)."""
         ref = self.reference
         s, b = workload.turns, workload.batch_size
         dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
@@ -232,6 +239,7 @@ class PearlMakespanModel:
         )
 
     def predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
+        """PEARL's closed-form makespan of ``workload`` on ``capacity``, with its parts."""
         ref = self.reference
         s, b = workload.turns, workload.batch_size
         dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn

@@ -58,8 +58,10 @@ _BISECTION_STEPS = 80
 
 
 def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float:
-    """Characteristic largest of ``trajectories`` i.i.d. delays U·burst + N(0, spread²), U uniform on [0, 1]:
-    the t at which the expected number of trajectories later than t is one."""
+    """Characteristic largest of ``trajectories`` i.i.d. delays U·burst + N(0, spread²), U uniform on [0, 1].
+
+    It is the t at which the expected number of trajectories later than t is one.
+    """
     if trajectories <= 1:
         return burst_s / 2
     if spread_s <= 0:
@@ -106,23 +108,29 @@ class ImprovedMakespanModel:
     """The improved predictor (module docstring); a drop-in :class:`~pearl_sched.makespan.MakespanModel`."""
 
     def __init__(self, params: ImprovedParams) -> None:
+        """A model over ``params``; capacities, KV bytes and prefill rates come from its PEARL part."""
         self.params = params
         self._pearl = PearlMakespanModel(params.pearl)
 
     @property
     def name(self) -> str:
+        """``"improved"``."""
         return "improved"
 
     def describe(self) -> dict[str, object]:
+        """The name and the parameters, as JSON (part of the plan's input digest)."""
         return {"name": self.name, "params": self.params.model_dump(mode="json")}
 
     def capacity_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role) -> float:
+        """As PEARL's model: reference workers one worker of (gpu_type, tp) is worth in ``role``."""
         return self._pearl.capacity_weight(workload, gpu_type, tp, role)
 
     def kv_capacity_bytes(self, gpu_type: str, tp: int) -> float:
+        """As PEARL's model: KV-cache bytes one worker of (gpu_type, tp) holds."""
         return self._pearl.kv_capacity_bytes(gpu_type, tp)
 
     def prefill_tokens_per_s(self, gpu_type: str, tp: int) -> float:
+        """As PEARL's model: sustained prefill throughput of one worker of (gpu_type, tp)."""
         return self._pearl.prefill_tokens_per_s(gpu_type, tp)
 
     def _prefill_per_token_s(self, workload: Workload) -> float:
@@ -209,6 +217,7 @@ class ImprovedMakespanModel:
         return state((lo + hi) / 2)
 
     def predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
+        """The improved makespan of ``workload`` on ``capacity`` (module docstring), with its parts."""
         cycle = self.cycle(workload, capacity)
         s, b = workload.turns, workload.batch_size
         terms = self.terms(workload)

@@ -1,18 +1,21 @@
 """``plan()``: cluster state + workload + budget + a makespan model in, a plan out.
 
 The planner is pure: no I/O, no clock (solver wall time is measured and reported, never decided on), no
-globals. Its steps:
+globals. :func:`plan` runs five steps, each a function here:
 
-1. classify every slot: *base* (may serve without a gate), *new preemptible* (expansion gate), *new
-   overlap* (borrowing gate), or *out* (preempted, due back to the trainer, or not allowed);
-2. group slots into classes of interchangeable slots and build the class-level problem
-   (``pearl_sched.solvers.formulation``);
-3. solve it — the MILP with PEARL's enumeration as start solution and fallback — once per gate question:
-   with and without new preemptible GPUs (expansion gate), with and without lendable training GPUs
-   (borrowing gate, PEARL Eq. 7);
-4. hysteresis: solve again with every surviving slot fixed to its current role; a change of ratio or mode
-   must beat its threshold against that, unless keeping is infeasible (a forced switch);
-5. map class counts to slots and emit ordered actions.
+1. :func:`_classify` — put every slot in a category: *base* (may serve without a gate), *new preemptible*
+   (expansion gate), *new overlap* (borrowing gate), or *out* (preempted, due back to the trainer, or not
+   allowed); group slots into classes of interchangeable slots and build the class-level problem over the
+   base slots (:mod:`pearl_sched.problem`);
+2. :func:`_solve` — solve it: the MILP with PEARL's enumeration as start solution and fallback
+   (:class:`_SolveContext`);
+3. :func:`_gate` — for each gate of :data:`_GATES`, solve again with its category's slots eligible and keep
+   them when the gate passes: new preemptible GPUs (expansion gate), lendable training GPUs (borrowing gate,
+   PEARL Eq. 7);
+4. :func:`_hysteresis` — solve again with every surviving slot fixed to its current role; a change of ratio
+   or mode must beat its threshold against that, unless keeping is infeasible (a forced switch);
+5. :func:`_assemble` — map class counts to slots, emit ordered actions, predict the makespan and fill the
+   :class:`~pearl_sched.plans.Plan`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
@@ -37,14 +40,15 @@ from pearl_sched.policies import (
     must_return,
     toggle_cost_s,
 )
+from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
-from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
 from pearl_sched.transition import FLIP_ROLES, assign_slots, assignment_tuple, build_actions
 
 logger = logging.getLogger(__name__)
 
 _START_WINDOW = 8  # splits around the balance point tried for the MILP's start solution
+_ENUMERATION = "enumeration"
 
 
 class _Category(Enum):
@@ -65,39 +69,66 @@ class _Slot:
     reason: str
 
 
-@dataclass
-class _Solves:
-    """Solver bookkeeping across the several solves of one plan() call."""
+@dataclass(frozen=True)
+class _Classified:
+    """Step 1's result: the slots, their classes (full eligibility), each class's category, the base problem."""
 
-    backend: str
+    slots: tuple[_Slot, ...]
+    classes: tuple[SlotClass, ...]
+    category: Mapping[str, _Category]  # class key → category
+    base: ClassProblem  # only base classes eligible
+
+    def has(self, category: _Category) -> bool:
+        """Whether some class is in ``category``."""
+        return any(self.category[c.key] is category for c in self.classes)
+
+    def widen(self, problem: ClassProblem, category: _Category) -> ClassProblem:
+        """``problem`` with the classes of ``category`` made eligible."""
+        return problem.with_classes(
+            [
+                replace(c, eligible=full.eligible) if self.category[full.key] is category else c
+                for c, full in zip(problem.classes, self.classes, strict=True)
+            ]
+        )
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """A solve's answer and the lower bound it proved (None for the enumeration or an unproven incumbent)."""
+
+    solution: ClassSolution
+    bound_s: float | None
+
+
+@dataclass
+class _SolveContext:
+    """The several solves of one plan() call: the resolved backend and the bookkeeping for ``SolverInfo``."""
+
+    backend: str  # a registry name, or "enumeration"
     time_limit_s: float
     mode: Mode | None = None
     count: int = 0
     wall_s: float = 0.0
     rounds: int = 0
-    rounding: float = 0.0
+    rounding_error: float = 0.0
     statuses: tuple[str, ...] = ()
-    bounds: dict[int, tuple[ClassSolution, float]] = field(default_factory=dict)
 
-    def bound_of(self, solution: ClassSolution) -> float | None:
-        """The proven lower bound of the solve that produced ``solution`` (None for enumeration)."""
-        entry = self.bounds.get(id(solution))
-        return entry[1] if entry is not None and entry[0] is solution else None
-
-    def solve(self, problem: ClassProblem) -> ClassSolution | None:
+    def solve(self, problem: ClassProblem) -> _Solved | None:
+        """The best configuration of ``problem``, or None when nothing is feasible."""
         self.count += 1
-        if self.backend == "enumeration":
+        if self.backend == _ENUMERATION:
             self.statuses += ("enumerated",)
-            return enumerate_configurations(problem)
+            enumerated = enumerate_configurations(problem)
+            return _Solved(enumerated, None) if enumerated is not None else None
         # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
         candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
-        start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective, default=None)
+        start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
         outcome = solve_class_problem(
             problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
         )
         self.wall_s += outcome.wall_time_s
         self.rounds += outcome.rounds
-        self.rounding = max(self.rounding, outcome.rounding_error)
+        self.rounding_error = max(self.rounding_error, outcome.rounding_error)
         status = outcome.status
         if outcome.status not in ("optimal", "feasible") and start_solution is not None:
             status = "fallback-enumeration"
@@ -109,9 +140,14 @@ class _Solves:
                 self.time_limit_s,
             )
         solution = outcome.solution if outcome.solution is not None else start_solution
-        if solution is not None and outcome.status == "optimal" and math.isfinite(outcome.bound):
-            self.bounds[id(solution)] = (solution, outcome.bound)
-        return solution
+        if solution is None:
+            return None
+        proven = solution is outcome.solution and outcome.status == "optimal" and math.isfinite(outcome.bound_s)
+        return _Solved(solution, outcome.bound_s if proven else None)
+
+    def feasible(self, problem: ClassProblem) -> bool:
+        """Whether some configuration of ``problem`` is feasible."""
+        return self.solve(problem) is not None
 
 
 def plan(
@@ -127,204 +163,169 @@ def plan(
 ) -> Plan:
     """Choose the PD mode, the P:D counts and the least disruptive transition for ``state``.
 
-    Parameters
-    ----------
-    state:
-        GPUs, worker slots, the rollout workload and the budget.
-    model:
-        A makespan predictor, e.g. :class:`~pearl_sched.makespan.PearlMakespanModel`.
-    current:
-        The plan in force; its ``policy_state`` is carried over unless ``policy_state`` is given.
-    costs, policy:
-        Reconfiguration costs and policy thresholds (defaults: PEARL Table 3, Libra's thresholds).
-    policy_state:
-        State the policies carry between decisions.
-    backend:
-        ``"auto"`` (the measured default), a name from ``pearl_sched.solvers.available_backends()``, or
-        ``"enumeration"`` (PEARL's search, no solver).
-    time_limit_s:
-        Per solve; on expiry the best incumbent, else the enumeration result, is used.
+    The five steps of the module docstring: classify → solve → gate → hysteresis → assemble.
 
-    Raises
-    ------
-    InfeasiblePlanError
-        When no configuration fits; it carries the minimum GPUs needed and the binding constraint.
+    Args:
+        state: GPUs, worker slots, the rollout workload and the budget.
+        model: A makespan predictor, e.g. :class:`~pearl_sched.makespan.PearlMakespanModel`.
+        current: The plan in force; its ``policy_state`` is carried over unless ``policy_state`` is given.
+        costs: Reconfiguration costs (default: PEARL Table 3).
+        policy: Policy thresholds (default: Libra's thresholds).
+        policy_state: State the policies carry between decisions.
+        backend: ``"auto"`` (the measured default), a name from ``pearl_sched.solvers.available_backends()``,
+            or ``"enumeration"`` (PEARL's search, no solver).
+        time_limit_s: Per solve; on expiry the best incumbent, else the enumeration result, is used.
+
+    Returns:
+        The plan: mode, counts, slot assignment, ordered actions, predicted makespan, decision and solver info.
+
+    Raises:
+        InfeasiblePlanError: When no configuration fits; it carries the minimum GPUs needed and the binding
+            constraint.
+        SolverUnavailableError: When ``backend`` names a backend whose package is not installed.
+        ValueError: When ``backend`` is unknown or ``time_limit_s`` is not a positive finite number.
     """
     costs = costs or TransitionCosts()
     policy = policy or PolicyConfig()
     pstate = policy_state or (current.policy_state if current is not None else PolicyState())
     if not (time_limit_s > 0 and math.isfinite(time_limit_s)):
         raise ValueError(f"time_limit_s must be a positive finite number, got {time_limit_s!r}")
-    if backend != "enumeration":
-        get_backend(backend)  # fail early with the extra to install
-    digest = input_digest(state, model, costs, policy, pstate, backend)
-    workload = state.workload
-    rho = workload.unfinished_fraction
-    slots = _classify(state, costs, policy)
-    in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
-    usable = sum(1 for s in slots if s.category is not _Category.OUT)
-    classes = _classes(
+    resolved = backend if backend == _ENUMERATION else get_backend(backend).name  # fails early with the extra
+    digest = input_digest(state, model, costs, policy, pstate, resolved)
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
+
+    classified = _classify(state, model, costs, policy)  # step 1
+    problem, best = classified.base, _solve(classified.base, solves)  # step 2
+    reasons: list[str] = []
+    for gate in _GATES:  # step 3
+        problem, best = _gate(gate, classified, problem, best, pstate, costs, solves, reasons)
+    if best is None:
+        raise _diagnose(problem.with_classes(classified.classes), solves)
+    decision, chosen = _hysteresis(state, problem, best, solves, policy, reasons)  # step 4
+    return _assemble(  # step 5
         state,
         model,
-        slots,
-        costs,
-        max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1))),
-    )
-    base_problem = ClassProblem(
-        classes=tuple(replace(c, eligible=c.eligible if _cat(c) is _Category.BASE else frozenset()) for c in classes),
-        terms=model.terms(workload),
-        unfinished_fraction=rho,
-        max_gpus=state.budget.max_gpus,
-        kv_required_bytes=workload.unfinished * workload.kv_bytes_per_trajectory,
-        min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
-        admission_pause_s=costs.finalisation_s,
-    )
-    solves = _Solves(backend, time_limit_s, mode=state.mode)
-    problem, solution = base_problem, solves.solve(base_problem)
-    reasons: list[str] = []
-    for category, gate_fn, flag in (
-        (_Category.NEW_PREEMPTIBLE, expansion_gate, "expand"),
-        (_Category.NEW_OVERLAP, borrow_gate, "borrow"),
-    ):
-        if not any(_cat(c) is category for c in classes):
-            continue
-        wider = problem.with_classes(
-            [
-                replace(c, eligible=full.eligible) if _cat(full) is category else c
-                for c, full in zip(problem.classes, classes, strict=True)
-            ]
-        )
-        if solution is not None and not _gate_can_pass(gate_fn, solution, wider, pstate, costs):
-            reasons.append(f"no {flag}: even unlimited use of the extra GPUs could not pay off")
-            continue
-        wider_solution = solves.solve(wider)
-        if wider_solution is None:
-            continue
-        if solution is None:
-            gate = GateDecision(True, f"{flag}: needed for a feasible configuration")
-        else:
-            gate = _gate(gate_fn, solution, wider_solution, rho, pstate, costs)
-        reasons.append(gate.reason)
-        if gate.allow:
-            problem, solution = wider, wider_solution
-    if solution is None:
-        raise _diagnose(problem.with_classes(classes), solves)
-
-    decision, solution = _hysteresis(state, problem, solution, solves, policy, reasons)
-    pairs = list(zip(problem.classes, solution.counts, strict=True))
-    decision = decision.model_copy(
-        update={
-            "borrowing": any(c.zone is Zone.OVERLAP and sum(n) > 0 for c, n in pairs),
-            "expanded": any(c.pauses_admission and sum(n) > 0 for c, n in pairs),
-        }
-    )
-
-    workers = {w.id: w for w in state.workers}
-    target = assign_slots(problem, solution.counts, workers)
-    slot_reasons = {s.worker.id: s.reason for s in slots if s.reason}
-    actions = build_actions(state, target, slot_reasons)
-    breakdown = model.predict(workload, _pool_capacity(solution))
-    totals = [sum(n[i] for n in solution.counts) for i in range(3)]
-    gpus_used = sum(c.tp * sum(n) for c, n in zip(problem.classes, solution.counts, strict=True))
-    gain_s = gain_pct = None
-    status_quo = _status_quo(base_problem, state.mode)
-    if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
-        before = model.predict(workload, _pool_capacity(status_quo)).total_s
-        gain_s = rho * (before - breakdown.total_s)
-        gain_pct = (before - breakdown.total_s) / before * 100 if before > 0 else None
-    return Plan(
-        mode=solution.mode,
-        prefill_workers=totals[0],
-        decode_workers=totals[1],
-        colocated_workers=totals[2],
-        gpus_used=gpus_used,
-        assignment=assignment_tuple(target),
-        actions=actions,
-        makespan=breakdown,
-        objective_s=solution.objective,
-        transition_cost_s=solution.transition_cost,
-        expected_gain_s=gain_s,
-        expected_gain_pct=gain_pct,
-        decision=decision,
-        solver=SolverInfo(
-            backend=backend if backend != "auto" else f"auto:{_auto_name()}",
-            status="/".join(solves.statuses),
-            objective=solution.objective,
-            bound=solves.bound_of(solution),
-            rounds=solves.rounds,
-            rounding_error=solves.rounding,
-            solves=solves.count,
-            wall_time_s=solves.wall_s,
-        ),
-        model=model.name,
-        input_digest=digest,
-        policy_state=pstate,
+        classified,
+        problem,
+        chosen,
+        decision,
+        solves,
+        backend=backend if backend != "auto" else f"auto:{resolved}",
+        digest=digest,
+        pstate=pstate,
     )
 
 
-def _auto_name() -> str:
-    return get_backend("auto").name
+def _solve(problem: ClassProblem, solves: _SolveContext) -> _Solved | None:
+    """Step 2: the best configuration of the base problem (None when only gated slots could make one)."""
+    return solves.solve(problem)
+
+
+@dataclass(frozen=True)
+class _GateSpec:
+    """One gate of step 3: which slots it admits and the policy that decides.
+
+    ``decide(makespan_without_s, makespan_with_s, unfinished_fraction, policy_state, costs)`` is the policy;
+    ``threshold_s(policy_state, costs)`` is the gain it needs, for skipping a solve that cannot pass.
+    """
+
+    category: _Category
+    flag: str
+    decide: Callable[[float, float, float, PolicyState, TransitionCosts], GateDecision]
+    threshold_s: Callable[[PolicyState, TransitionCosts], float]
+
+
+def _expansion(
+    without_s: float, with_s: float, rho: float, pstate: PolicyState, costs: TransitionCosts
+) -> GateDecision:
+    return expansion_gate(
+        makespan_without_s=without_s, makespan_with_s=with_s, unfinished_fraction=rho, state=pstate, costs=costs
+    )
+
+
+def _borrow(without_s: float, with_s: float, rho: float, pstate: PolicyState, costs: TransitionCosts) -> GateDecision:
+    return borrow_gate(
+        makespan_dedicated_s=without_s, makespan_full_s=with_s, unfinished_fraction=rho, state=pstate, costs=costs
+    )
+
+
+def _finalisation_s(pstate: PolicyState, costs: TransitionCosts) -> float:
+    return costs.finalisation_s
+
+
+_GATES: tuple[_GateSpec, ...] = (
+    _GateSpec(_Category.NEW_PREEMPTIBLE, "expand", _expansion, _finalisation_s),
+    _GateSpec(_Category.NEW_OVERLAP, "borrow", _borrow, toggle_cost_s),
+)
+"""Step 3's gates, in the order they are asked."""
 
 
 def _gate(
-    gate_fn: Callable[..., GateDecision],
-    without: ClassSolution,
-    with_: ClassSolution,
-    rho: float,
+    gate: _GateSpec,
+    classified: _Classified,
+    problem: ClassProblem,
+    best: _Solved | None,
     pstate: PolicyState,
     costs: TransitionCosts,
-) -> GateDecision:
-    if gate_fn is expansion_gate:
-        return expansion_gate(
-            makespan_without_s=without.makespan_s,
-            makespan_with_s=with_.makespan_s,
-            unfinished_fraction=rho,
-            state=pstate,
-            costs=costs,
+    solves: _SolveContext,
+    reasons: list[str],
+) -> tuple[ClassProblem, _Solved | None]:
+    """Step 3, one gate: the problem and best configuration after asking it; its sentence goes to ``reasons``."""
+    if not classified.has(gate.category):
+        return problem, best
+    wider = classified.widen(problem, gate.category)
+    if best is not None and not _gate_can_pass(gate, best.solution, wider, pstate, costs):
+        reasons.append(f"no {gate.flag}: even unlimited use of the extra GPUs could not pay off")
+        return problem, best
+    wider_best = solves.solve(wider)
+    if wider_best is None:
+        return problem, best
+    if best is None:
+        decision = GateDecision(True, f"{gate.flag}: needed for a feasible configuration")
+    else:
+        decision = gate.decide(
+            best.solution.makespan_s, wider_best.solution.makespan_s, wider.unfinished_fraction, pstate, costs
         )
-    return borrow_gate(
-        makespan_dedicated_s=without.makespan_s,
-        makespan_full_s=with_.makespan_s,
-        unfinished_fraction=rho,
-        state=pstate,
-        costs=costs,
-    )
+    reasons.append(decision.reason)
+    return (wider, wider_best) if decision.allow else (problem, best)
 
 
 def _gate_can_pass(
-    gate_fn: Callable[..., GateDecision],
+    gate: _GateSpec,
     without: ClassSolution,
     wider: ClassProblem,
     pstate: PolicyState,
     costs: TransitionCosts,
 ) -> bool:
-    """Whether the gate could pass at all: with every role at its full capacity in ``wider`` (a lower bound
-    on any configuration's makespan there), is the gain above the gate's cost? Saves a solve when not."""
+    """Whether the gate could pass at all; saves a solve when not.
+
+    With every role at its full capacity in ``wider`` (a lower bound on any configuration's makespan there),
+    is the gain above the gate's threshold?
+    """
     full = {r: sum(c.weight[r] * c.size for c in wider.classes if r in c.eligible) for r in ROLES}
     bounds = [wider.terms.colocated.time_s(full[Role.COLOCATED])]
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
     lower = min(bounds) + wider.terms.environment_s
     gain_bound = wider.unfinished_fraction * (without.makespan_s - lower)
-    threshold = costs.finalisation_s if gate_fn is expansion_gate else toggle_cost_s(pstate, costs)
-    return gain_bound > threshold
+    return gain_bound > gate.threshold_s(pstate, costs)
 
 
 def _hysteresis(
     state: ClusterState,
     problem: ClassProblem,
-    best: ClassSolution,
-    solves: _Solves,
+    best: _Solved,
+    solves: _SolveContext,
     policy: PolicyConfig,
     reasons: list[str],
-) -> tuple[Decision, ClassSolution]:
-    """Decide between the best configuration and keeping every surviving slot's role."""
+) -> tuple[Decision, _Solved]:
+    """Step 4: decide between the best configuration and keeping every surviving slot's role."""
     gates = "; ".join(reasons)
     if state.mode is None:
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
     survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
     changes_survivor = any(
         n[ROLES.index(c.current_role)] != c.size
-        for c, n in zip(problem.classes, best.counts, strict=True)
+        for c, n in zip(problem.classes, best.solution.counts, strict=True)
         if c in survivors
     )
     keep_problem = problem.with_classes([replace(c, fixed=True) if c in survivors else c for c in problem.classes])
@@ -335,18 +336,85 @@ def _hysteresis(
         if lost:
             why += f" after losing {sum(c.size for c in lost)} worker(s)"
         return Decision(kind=DecisionKind.FORCED, reason=_join(f"forced: {why}", gates)), best
-    if not changes_survivor or keep.objective <= best.objective + 1e-9:
+    if not changes_survivor or keep.solution.objective_s <= best.solution.objective_s + 1e-9:
         return Decision(kind=DecisionKind.KEPT, reason=_join("kept: no change of ratio or mode pays off", gates)), keep
     gate = hysteresis(
-        makespan_keep_s=keep.makespan_s,
-        makespan_new_s=best.makespan_s,
+        makespan_keep_s=keep.solution.makespan_s,
+        makespan_new_s=best.solution.makespan_s,
         unfinished_fraction=problem.unfinished_fraction,
-        mode_switch=best.mode is not keep.mode,
+        mode_switch=best.solution.mode is not keep.solution.mode,
         config=policy,
     )
     if not gate.allow:
         return Decision(kind=DecisionKind.KEPT, reason=_join(gate.reason, gates)), keep
     return Decision(kind=DecisionKind.CHANGED, reason=_join(gate.reason, gates)), best
+
+
+def _assemble(
+    state: ClusterState,
+    model: MakespanModel,
+    classified: _Classified,
+    problem: ClassProblem,
+    chosen: _Solved,
+    decision: Decision,
+    solves: _SolveContext,
+    *,
+    backend: str,
+    digest: str,
+    pstate: PolicyState,
+) -> Plan:
+    """Step 5: slots for the class counts, ordered actions, the predicted makespan and the plan itself."""
+    solution = chosen.solution
+    workload = state.workload
+    rho = workload.unfinished_fraction
+    pairs = list(zip(problem.classes, solution.counts, strict=True))
+    decision = decision.model_copy(
+        update={
+            "borrowing": any(c.zone is Zone.OVERLAP and sum(n) > 0 for c, n in pairs),
+            "expanded": any(c.pauses_admission and sum(n) > 0 for c, n in pairs),
+        }
+    )
+    workers = {w.id: w for w in state.workers}
+    target = assign_slots(problem, solution.counts, workers)
+    slot_reasons = {s.worker.id: s.reason for s in classified.slots if s.reason}
+    actions = build_actions(state, target, slot_reasons)
+    breakdown = model.predict(workload, _pool_capacity(solution))
+    totals = [sum(n[i] for n in solution.counts) for i in range(3)]
+    gpus_used = sum(c.tp * sum(n) for c, n in pairs)
+    gain_s = gain_pct = None
+    status_quo = _status_quo(classified.base, state.mode)
+    if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
+        before_s = model.predict(workload, _pool_capacity(status_quo)).total_s
+        gain_s = rho * (before_s - breakdown.total_s)
+        gain_pct = (before_s - breakdown.total_s) / before_s * 100 if before_s > 0 else None
+    return Plan(
+        mode=solution.mode,
+        prefill_workers=totals[0],
+        decode_workers=totals[1],
+        colocated_workers=totals[2],
+        gpus_used=gpus_used,
+        assignment=assignment_tuple(target),
+        actions=actions,
+        makespan=breakdown,
+        objective_s=solution.objective_s,
+        transition_cost_s=solution.transition_cost_s,
+        expected_gain_s=gain_s,
+        expected_gain_pct=gain_pct,
+        decision=decision,
+        solver=SolverInfo(
+            backend=backend,
+            status="/".join(solves.statuses),
+            objective_s=solution.objective_s,
+            bound_s=chosen.bound_s,
+            rounds=solves.rounds,
+            rounding_error=solves.rounding_error,
+            solves=solves.count,
+            wall_time_s=solves.wall_s,
+        ),
+        model=model.name,
+        input_digest=digest,
+        policy_state=pstate,
+    )
 
 
 def _pool_capacity(solution: ClassSolution) -> PoolCapacity:
@@ -368,7 +436,30 @@ def _join(head: str, tail: str) -> str:
     return f"{head}; {tail}" if tail else head
 
 
-def _classify(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
+def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts, policy: PolicyConfig) -> _Classified:
+    """Step 1: slot categories, classes of interchangeable slots, and the problem over the base slots."""
+    slots = _categorise(state, costs, policy)
+    in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
+    usable = sum(1 for s in slots if s.category is not _Category.OUT)
+    n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
+    classes, category = _classes(state, model, slots, costs, n_ref)
+    workload = state.workload
+    base = ClassProblem(
+        classes=tuple(
+            replace(c, eligible=c.eligible if category[c.key] is _Category.BASE else frozenset()) for c in classes
+        ),
+        terms=model.terms(workload),
+        unfinished_fraction=workload.unfinished_fraction,
+        max_gpus=state.budget.max_gpus,
+        kv_required_bytes=workload.unfinished * workload.kv_bytes_per_trajectory,
+        min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
+        admission_pause_s=costs.finalisation_s,
+    )
+    return _Classified(tuple(slots), classes, category, base)
+
+
+def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
+    """Each slot's category, and the reason when it is out."""
     slots = []
     budget = state.budget
     index = state.gpu_index()
@@ -398,13 +489,10 @@ def _classify(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig)
     return slots
 
 
-def _cat(cls: SlotClass) -> _Category:
-    return _Category(cls.tag)
-
-
 def _classes(
     state: ClusterState, model: MakespanModel, slots: Iterable[_Slot], costs: TransitionCosts, n_ref: int
-) -> tuple[SlotClass, ...]:
+) -> tuple[tuple[SlotClass, ...], dict[str, _Category]]:
+    """Classes of interchangeable slots (sorted by key), and each class key's category."""
     # Node groups are not in the key: no constraint or cost depends on them yet, so slots that differ only
     # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
     groups: dict[tuple[str, str, str, str, str], list[_Slot]] = {}
@@ -414,6 +502,7 @@ def _classes(
         groups.setdefault(key, []).append(s)
     workload = state.workload
     classes = []
+    category: dict[str, _Category] = {}
     for key in sorted(groups):
         members = groups[key]
         first = members[0]
@@ -434,10 +523,10 @@ def _classes(
                 prefill_tokens_per_s=model.prefill_tokens_per_s(first.gpu_type, first.tp),
                 cost=_costs(current, first.zone, costs, n_ref),
                 pauses_admission=current is None and first.zone is not Zone.OVERLAP,
-                tag=first.category.value,
             )
         )
-    return tuple(classes)
+        category["|".join(key)] = first.category
+    return tuple(classes), category
 
 
 def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int) -> dict[Role | None, float]:
@@ -466,7 +555,7 @@ def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int)
     return out
 
 
-def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
+def _diagnose(problem: ClassProblem, solves: _SolveContext) -> InfeasiblePlanError:
     """Why nothing fits: the binding constraint and, if more GPUs would help, how many are needed."""
     eligible = [c for c in problem.classes if c.eligible]
     if not eligible:
@@ -477,11 +566,11 @@ def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
         )
     all_gpus = sum(c.tp * c.size for c in eligible)
     relaxed = replace(problem, max_gpus=all_gpus)
-    if _feasible(relaxed, solves):
+    if solves.feasible(relaxed):
         lo, hi = problem.max_gpus, all_gpus  # infeasible at lo, feasible at hi
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if _feasible(replace(problem, max_gpus=mid), solves):
+            if solves.feasible(replace(problem, max_gpus=mid)):
                 hi = mid
             else:
                 lo = mid
@@ -494,7 +583,7 @@ def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
         (replace(relaxed, kv_required_bytes=0.0), "kv_capacity"),
         (replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity"),
     ):
-        if _feasible(without, solves):
+        if solves.feasible(without):
             gib = problem.kv_required_bytes / 2**30
             detail = (
                 f"{gib:.1f} GiB of KV cache"
@@ -513,10 +602,6 @@ def _diagnose(problem: ClassProblem, solves: _Solves) -> InfeasiblePlanError:
     )
 
 
-def _feasible(problem: ClassProblem, solves: _Solves) -> bool:
-    return solves.solve(problem) is not None
-
-
 def input_digest(
     state: ClusterState,
     model: MakespanModel,
@@ -527,8 +612,10 @@ def input_digest(
 ) -> str:
     """SHA-256 over every input of ``plan()``, each in a canonical JSON form.
 
-    Pydantic writes fields in declaration order, so ``model_dump_json`` is canonical for the value objects
-    (and several times faster than sorting keys in Python on large states).
+    ``backend`` is the resolved backend (a registry name or ``"enumeration"``, never ``"auto"``), so two
+    calls that solve with different backends never share a digest. Pydantic writes fields in declaration
+    order, so ``model_dump_json`` is canonical for the value objects (and several times faster than sorting
+    keys in Python on large states).
     """
     digest = hashlib.sha256()
     for part in (state, costs, policy, policy_state):

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from pearl_sched.makespan import MakespanBreakdown
-from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone
+from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 
 
 class ActionKind(StrEnum):
@@ -52,12 +52,17 @@ class SlotAssignment(Frozen):
 
 
 class SolverInfo(Frozen):
-    """How the configuration was found. ``wall_time_s`` is the only field that varies between runs."""
+    """How the configuration was found. ``wall_time_s`` is the only field that varies between runs.
+
+    ``objective_s`` is the chosen configuration's exact objective; ``bound_s`` the lower bound the solve that
+    found it proved (``None`` for the enumeration or an unproven incumbent). ``backend`` is the resolved
+    backend, written ``auto:<name>`` when plan() was asked for ``"auto"``.
+    """
 
     backend: str
     status: str
-    objective: float
-    bound: float | None
+    objective_s: float
+    bound_s: float | None
     rounds: int = 0
     rounding_error: NonNegFloat = 0.0
     solves: int = 0
@@ -117,9 +122,7 @@ class Plan(Frozen):
     @property
     def ratio(self) -> str:
         """``"3P5D"`` for a disaggregated plan, ``"8C"`` for a colocated one."""
-        if self.mode is Mode.COLOCATED:
-            return f"{self.colocated_workers}C"
-        return f"{self.prefill_workers}P{self.decode_workers}D"
+        return ratio_label(self.mode, self.prefill_workers, self.decode_workers, self.colocated_workers)
 
     def roles(self) -> dict[str, Role | None]:
         """Slot id → target rollout role."""

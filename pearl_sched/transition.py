@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from pearl_sched.plans import ACTION_ORDER, Action, ActionKind, SlotAssignment
-from pearl_sched.solvers.formulation import ROLES, ClassProblem, Counts
+from pearl_sched.problem import ROLES, ClassProblem, Counts
 from pearl_sched.state import ClusterState, Role, Status, Worker, Zone
 
 FLIP_ROLES = frozenset({Role.PREFILL, Role.DECODE})

@@ -13,6 +13,7 @@
   reads model architecture facts (KV bytes per token).
 """
 
+from pearl_sched.errors import TelemetryRejected
 from pearl_sched.profiles.components import (
     ExtrapolationWarning,
     MonotoneStepRegressor,
@@ -33,7 +34,7 @@ from pearl_sched.profiles.readers import (
     read_sglang_requests,
     read_splitwise,
 )
-from pearl_sched.profiles.telemetry import TelemetryRejected, TrajectoryStats, refit, refit_steps, step_statistics
+from pearl_sched.profiles.telemetry import TrajectoryStats, refit, refit_steps, step_statistics
 
 __all__ = [
     "ComposedStepModel",

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
+from pearl_sched.errors import TelemetryRejected
 from pearl_sched.state import Frozen, NonNegFloat, PosFloat, Workload
 
 TELEMETRY_COLUMNS = (
@@ -60,14 +61,6 @@ class TrajectoryStats(Frozen):
             max_context_tokens=self.retained_tokens,
             kv_bytes_per_token=kv_bytes_per_token,
         )
-
-
-class TelemetryRejected(ValueError):
-    """A step's telemetry was not usable; ``reason`` says why."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
-"""Solver backends for the class-level planning MILP, PEARL's enumeration and a brute-force oracle.
+"""Solver backends for the class-level planning MILP, and PEARL's enumeration.
 
-``get_backend(name)`` returns a backend; ``available_backends()`` lists those whose packages are installed.
+The problem they solve (``ClassProblem``, ``ClassSolution``, the exact ``evaluate`` and the brute-force oracle)
+is core vocabulary in :mod:`pearl_sched.problem`; this package depends on it, never the other way round.
+The core uses only the registry below and the two solve entry points, ``solve_class_problem`` (the MILP) and
+``enumerate_configurations`` (PEARL's search). ``get_backend(name)`` returns a backend;
+``available_backends()`` lists those whose packages are installed.
 ``DEFAULT_BACKEND`` was chosen by measurement (``bench/plan_latency.py``; docs/solvers.md): the fastest
 backend whose repeated solves were identical.
 """
@@ -11,15 +15,7 @@ from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
 from pearl_sched.solvers.enumeration import enumerate_configurations
-from pearl_sched.solvers.formulation import (
-    ClassProblem,
-    ClassSolution,
-    MilpOutcome,
-    SlotClass,
-    brute_force,
-    evaluate,
-    solve_class_problem,
-)
+from pearl_sched.solvers.formulation import MilpOutcome, solve_class_problem
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
 from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
@@ -65,16 +61,11 @@ __all__ = [
     "DEFAULT_BACKEND",
     "Backend",
     "Capabilities",
-    "ClassProblem",
-    "ClassSolution",
     "LinearModel",
     "MilpOutcome",
-    "SlotClass",
     "SolveResult",
     "available_backends",
-    "brute_force",
     "enumerate_configurations",
-    "evaluate",
     "get_backend",
     "solve_class_problem",
 ]

@@ -25,8 +25,11 @@ def stdout_closed() -> Iterator[None]:
 
 @functools.cache
 def silence_highs_banner() -> None:
-    """HiGHS prints a copyright banner to stdout when the first ``Highs`` object is made, whatever its
-    options; that would corrupt a CLI's JSON output, so the first construction runs with stdout closed."""
+    """Make the first ``Highs`` object with stdout closed, so HiGHS's banner never reaches stdout.
+
+    HiGHS prints a copyright banner to stdout when the first ``Highs`` object is made, whatever its options;
+    that would corrupt a CLI's JSON output.
+    """
     import highspy
 
     with stdout_closed():

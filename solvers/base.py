@@ -17,7 +17,8 @@ SolveStatus = Literal["optimal", "feasible", "infeasible", "no_solution", "error
 class LinearModel:
     """min ``c·x + offset`` s.t. ``lo ≤ A x ≤ hi``, ``lb ≤ x ≤ ub``, some ``x`` integer.
 
-    Rows are sparse ``{column: coefficient}`` maps. ``hint`` is an optional start solution.
+    Rows are sparse ``{column: coefficient}`` maps, each named after the constraint it writes (``row_names``,
+    for reading a model; backends ignore the names). ``hint`` is an optional start solution.
     """
 
     names: list[str] = field(default_factory=list)
@@ -29,6 +30,7 @@ class LinearModel:
     rows: list[dict[int, float]] = field(default_factory=list)
     row_lo: list[float] = field(default_factory=list)
     row_hi: list[float] = field(default_factory=list)
+    row_names: list[str] = field(default_factory=list)
     hint: list[float] | None = None
 
     def add_var(self, name: str, lb: float, ub: float, *, integer: bool, cost: float = 0.0) -> int:
@@ -40,15 +42,17 @@ class LinearModel:
         self.cost.append(cost)
         return len(self.names) - 1
 
-    def add_row(self, coeffs: dict[int, float], lo: float = -math.inf, hi: float = math.inf) -> int:
-        """Add ``lo ≤ Σ coeffs[j]·x[j] ≤ hi`` and return its index."""
+    def add_row(self, coeffs: dict[int, float], lo: float = -math.inf, hi: float = math.inf, *, name: str = "") -> int:
+        """Add ``lo ≤ Σ coeffs[j]·x[j] ≤ hi`` and return its index; ``name`` says which constraint it is."""
         self.rows.append({j: a for j, a in coeffs.items() if a != 0.0})
         self.row_lo.append(lo)
         self.row_hi.append(hi)
+        self.row_names.append(name)
         return len(self.rows) - 1
 
     @property
     def num_vars(self) -> int:
+        """Number of columns."""
         return len(self.names)
 
 
@@ -70,6 +74,7 @@ class SolveResult:
 
     @property
     def has_solution(self) -> bool:
+        """True when the backend returned a feasible point."""
         return self.status in ("optimal", "feasible") and bool(self.values)
 
 

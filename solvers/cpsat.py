@@ -30,13 +30,16 @@ class CpSatBackend:
     )
 
     def __init__(self, resolution: float = 1e-3) -> None:
+        """Scale coefficients to integers with at most ``resolution`` relative rounding error."""
         self.resolution = resolution
 
     @classmethod
     def is_available(cls) -> bool:
+        """True when OR-Tools imports."""
         return importlib.util.find_spec("ortools") is not None
 
     def solve(self, model: LinearModel, *, time_limit_s: float) -> SolveResult:
+        """Solve ``model`` with CP-SAT after scaling it to integer coefficients (``rounding_error`` says how much)."""
         try:
             from ortools.sat.python import cp_model
         except ImportError:

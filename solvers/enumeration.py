@@ -10,7 +10,7 @@ the MILP and the answer when no solver is installed.
 
 from __future__ import annotations
 
-from pearl_sched.solvers.formulation import ROLES, ClassProblem, ClassSolution, Counts, evaluate
+from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, evaluate
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
@@ -94,14 +94,17 @@ def enumerate_configurations(problem: ClassProblem, window: int | None = None) -
         if counts is None:
             continue
         solution = evaluate(problem, mode, counts)
-        if solution is not None and (best is None or solution.objective < best.objective - 1e-12):
+        if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
 
 
 def _balance_point(problem: ClassProblem, n: int) -> int:
-    """Smallest N_P whose prefill pool is no slower than the decode pool of the other N − N_P workers,
-    with capacities in reference workers (binary search: the prefill time falls and the decode time rises)."""
+    """Smallest N_P whose prefill pool is no slower than the decode pool of the other N − N_P workers.
+
+    Capacities are in reference workers; a binary search, since the prefill time falls and the decode time
+    rises with N_P.
+    """
     prefill, decode = problem.terms.prefill, problem.terms.decode
     lo, hi = 1, n - 1
     while lo < hi:

@@ -1,7 +1,9 @@
-r"""The class-level planning problem and its MILP.
+r"""The MILP of the class-level planning problem, and the cut loop that solves it exactly.
 
-Slots that are interchangeable — same zone, GPU type, node group, current role and TP degree — form a
-*class* k of size n_k. The MILP decides how many slots of each class take each rollout role; a cheap,
+The problem itself — classes of interchangeable slots, a configuration's exact objective, the brute-force
+oracle — lives in :mod:`pearl_sched.problem`; this module only writes and solves it. Slots that are
+interchangeable — same zone, GPU type, node group, current role and TP degree — form a *class* k of size
+n_k. The MILP decides how many slots of each class take each rollout role; a cheap,
 deterministic mapping (``pearl_sched.transition``) then turns counts into concrete slots. The model grows
 with the number of classes, not GPUs.
 
@@ -36,154 +38,26 @@ points, exact there. The solve loop (:func:`solve_class_problem`) adds cuts tigh
 until the cut value equals f_r(E_r) there, so the final answer is optimal for the exact objective (outer
 approximation over finitely many capacity values). Each mode is solved on its own (m fixed), the start
 solution's mode first, its optimum a cutoff for the other. The objective's constant terms make the reported
-objective equal :func:`evaluate` at the solution.
+objective equal :func:`~pearl_sched.problem.evaluate` at the solution.
+
+:func:`build_model` writes one helper per constraint family, in the order above; each row is named after its
+line (``one_role_per_slot``, ``gpu_budget``, ...), so a dumped model reads like this docstring.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from pearl_sched.makespan import MakespanTerms, PoolTerms
+from pearl_sched.makespan import PoolTerms
+from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers.base import Backend, LinearModel, SolveResult
-from pearl_sched.state import Mode, Role, Zone
+from pearl_sched.state import Mode, Role
 
-ROLES: tuple[Role, Role, Role] = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
-_MODE_ROLES = {Mode.DISAGGREGATED: (Role.PREFILL, Role.DECODE), Mode.COLOCATED: (Role.COLOCATED,)}
 _CUT_TOLERANCE = 1e-6
 _MAX_CUT_ROUNDS = 60
-
-
-@dataclass(frozen=True)
-class SlotClass:
-    """Interchangeable worker slots.
-
-    ``cost[r]`` is the objective seconds per slot of ending in rollout role r, ``cost[None]`` of ending
-    outside rollout (off, or back with the trainer). ``fixed`` keeps every slot in its current role.
-    ``tag`` is free for the caller (the planner records the slot category there).
-    """
-
-    key: str
-    slot_ids: tuple[str, ...]
-    gpu_type: str
-    tp: int
-    zone: Zone
-    node_group: str
-    current_role: Role | None
-    eligible: frozenset[Role]
-    weight: Mapping[Role, float]
-    kv_bytes: float
-    prefill_tokens_per_s: float
-    cost: Mapping[Role | None, float]
-    pauses_admission: bool = False
-    fixed: bool = False
-    tag: str = ""
-
-    @functools.cached_property
-    def size(self) -> int:
-        """Number of slots in the class."""
-        return len(self.slot_ids)
-
-
-@dataclass(frozen=True)
-class ClassProblem:
-    """Everything the MILP, the enumeration and the brute-force oracle solve."""
-
-    classes: tuple[SlotClass, ...]
-    terms: MakespanTerms
-    unfinished_fraction: float
-    max_gpus: int
-    kv_required_bytes: float
-    min_prefill_tokens_per_s: float
-    admission_pause_s: float
-    modes: tuple[Mode, ...] = (Mode.COLOCATED, Mode.DISAGGREGATED)
-
-    def with_classes(self, classes: Sequence[SlotClass]) -> ClassProblem:
-        """The same problem over other classes."""
-        return ClassProblem(
-            tuple(classes),
-            self.terms,
-            self.unfinished_fraction,
-            self.max_gpus,
-            self.kv_required_bytes,
-            self.min_prefill_tokens_per_s,
-            self.admission_pause_s,
-            self.modes,
-        )
-
-
-Counts = tuple[tuple[int, int, int], ...]
-"""Per class, the number of slots in (prefill, decode, colocated)."""
-
-
-@dataclass(frozen=True)
-class ClassSolution:
-    """A configuration at class level and its exact score."""
-
-    mode: Mode
-    counts: Counts
-    makespan_s: float
-    pool_times_s: Mapping[Role, float]
-    transition_cost: float
-    objective: float
-    capacity: Mapping[Role, float] = field(default_factory=dict)
-
-
-def capacity(problem: ClassProblem, counts: Counts) -> dict[Role, float]:
-    """Reference-worker capacity E_r of each role."""
-    return {
-        role: sum(c.weight.get(role, 0.0) * n[i] for c, n in zip(problem.classes, counts, strict=True))
-        for i, role in enumerate(ROLES)
-    }
-
-
-def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution | None:
-    """The exact objective of a configuration, or ``None`` when it breaks a constraint."""
-    if mode not in problem.modes:
-        return None
-    totals = [0, 0, 0]
-    gpus = 0
-    kv = {role: 0.0 for role in ROLES}
-    prefill_rate = {role: 0.0 for role in ROLES}
-    transition = 0.0
-    starts = False
-    for cls, n in zip(problem.classes, counts, strict=True):
-        if sum(n) > cls.size or min(n) < 0:
-            return None
-        for i, role in enumerate(ROLES):
-            if n[i] and role not in cls.eligible:
-                return None
-            totals[i] += n[i]
-            kv[role] += cls.kv_bytes * n[i]
-            prefill_rate[role] += cls.prefill_tokens_per_s * n[i]
-            transition += cls.cost[role] * n[i]
-        if cls.fixed and cls.current_role is not None and n[ROLES.index(cls.current_role)] != cls.size:
-            return None
-        transition += cls.cost[None] * (cls.size - sum(n))
-        gpus += cls.tp * sum(n)
-        starts = starts or (cls.pauses_admission and sum(n) > 0)
-    if gpus > problem.max_gpus:
-        return None
-    active = _MODE_ROLES[mode]
-    for i, role in enumerate(ROLES):
-        if (role in active) != (totals[i] > 0):
-            return None
-    memory_role = Role.DECODE if mode is Mode.DISAGGREGATED else Role.COLOCATED
-    if kv[memory_role] < problem.kv_required_bytes:
-        return None
-    prefill_role = Role.PREFILL if mode is Mode.DISAGGREGATED else Role.COLOCATED
-    if prefill_rate[prefill_role] < problem.min_prefill_tokens_per_s:
-        return None
-    cap = capacity(problem, counts)
-    pool_times = {role: problem.terms.pool(role).time_s(cap[role]) for role in active}
-    makespan = max(pool_times.values()) + problem.terms.environment_s
-    if starts:
-        transition += problem.admission_pause_s
-    objective = problem.unfinished_fraction * makespan + transition
-    return ClassSolution(mode, counts, makespan, pool_times, transition, objective, cap)
 
 
 @dataclass
@@ -195,9 +69,44 @@ class _Columns:
 
 
 def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]) -> tuple[LinearModel, _Columns]:
-    """The MILP of the module docstring with the given makespan cuts ``(role, intercept, slope)``."""
+    """The MILP of the module docstring with the given makespan cuts ``(role, intercept, slope)``.
+
+    One helper per constraint family, in the docstring's order; rows are named after its lines.
+    """
     model = LinearModel()
-    rho = problem.unfinished_fraction
+    # minimise ρ·(T + T_env) + Σ_k Σ_r (c_kr − c_k,off)·y_kr + Σ_k c_k,off·n_k + τ·u  (columns, costs, offset)
+    y = _role_count_columns(model, problem)
+    m = _mode_column(model, problem)
+    t = _makespan_column(model, problem)
+    # Σ_r y_kr ≤ n_k  (each slot has at most one role)
+    _one_role_per_slot(model, problem, y)
+    # Σ_k g_k Σ_r y_kr ≤ G  (GPU budget)
+    _gpu_budget(model, problem, y)
+    # m ≤ Σ_k y_kP ≤ U_P·m,  m ≤ Σ_k y_kD ≤ U_D·m  (≥1 P and ≥1 D iff m = 1)
+    # 1 − m ≤ Σ_k y_kC ≤ U_C·(1 − m)  (colocated iff m = 0)
+    for role in ROLES:
+        _role_active_iff_mode(model, problem, y, m, role)
+    # Σ_k H_k·y_kD ≥ Q·m,  Σ_k H_k·y_kC ≥ Q·(1 − m)  (KV capacity)
+    _capacity_rows(model, problem, y, m, "kv_capacity", problem.kv_required_bytes, Role.DECODE, _kv_bytes)
+    # Σ_k π_k·y_kP ≥ λ·m,  Σ_k π_k·y_kC ≥ λ·(1 − m)  (prefill capacity)
+    _capacity_rows(
+        model, problem, y, m, "prefill_capacity", problem.min_prefill_tokens_per_s, Role.PREFILL, _prefill_rate
+    )
+    # u ≥ Σ_{k new} Σ_r y_kr / U_new  (admission pause)
+    admission = _admission_pause(model, problem, y)
+    columns = _Columns(y, m, t, admission)
+    # T ≥ c_j + s_j·E_r − M·[r inactive]  for every cut j of role r
+    for role, intercept, slope in cuts:
+        add_cut(model, problem, columns, role, intercept, slope)
+    return model, columns
+
+
+def _role_count_columns(model: LinearModel, problem: ClassProblem) -> dict[tuple[int, Role], int]:
+    """y_kr ∈ ℤ, 0 ≤ y_kr ≤ n_k for r ∈ R_k, costing c_kr − c_k,off; Σ_k c_k,off·n_k goes to the offset.
+
+    A fixed class may not leave its current role (its lower bound is n_k); one whose current role is not
+    eligible gets an empty row ``0 ≥ 1``, infeasible by construction.
+    """
     y: dict[tuple[int, Role], int] = {}
     for k, cls in enumerate(problem.classes):
         for role in ROLES:
@@ -208,48 +117,102 @@ def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]
                 y[k, role] = model.add_var(f"y[{cls.key},{role.value}]", lo, cls.size, integer=True, cost=cost)
         model.offset += cls.cost[None] * cls.size
         if cls.fixed and cls.current_role is not None and cls.current_role not in cls.eligible:
-            model.add_row({}, lo=1.0)  # a fixed class that may not keep its role: infeasible by construction
-    allow_c, allow_d = Mode.COLOCATED in problem.modes, Mode.DISAGGREGATED in problem.modes
-    m = model.add_var("disaggregated", 0.0 if allow_c else 1.0, 1.0 if allow_d else 0.0, integer=True)
-    upper = _max_pool_time(problem)
-    t = model.add_var("makespan", 0.0, upper, integer=False, cost=rho)
-    model.offset += rho * problem.terms.environment_s
+            model.add_row({}, lo=1.0, name=f"fixed_role_kept[{cls.key}]")
+    return y
 
+
+def _mode_column(model: LinearModel, problem: ClassProblem) -> int:
+    """The mode column m ∈ {0, 1}, 1 when disaggregated; fixed where the problem allows one mode only."""
+    allow_c, allow_d = Mode.COLOCATED in problem.modes, Mode.DISAGGREGATED in problem.modes
+    return model.add_var("disaggregated", 0.0 if allow_c else 1.0, 1.0 if allow_d else 0.0, integer=True)
+
+
+def _makespan_column(model: LinearModel, problem: ClassProblem) -> int:
+    """T ≥ 0, the pool makespan, costing ρ; ρ·T_env goes to the offset."""
+    rho = problem.unfinished_fraction
+    t = model.add_var("makespan", 0.0, _max_pool_time(problem), integer=False, cost=rho)
+    model.offset += rho * problem.terms.environment_s
+    return t
+
+
+def _one_role_per_slot(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> None:
+    """Σ_r y_kr ≤ n_k for every class k."""
     for k, cls in enumerate(problem.classes):
         row = {y[k, r]: 1.0 for r in ROLES if (k, r) in y}
         if row:
-            model.add_row(row, hi=float(cls.size))
-    model.add_row({j: float(problem.classes[k].tp) for (k, _), j in y.items()}, hi=float(problem.max_gpus))
+            model.add_row(row, hi=float(cls.size), name=f"one_role_per_slot[{cls.key}]")
 
-    def role_sum(role: Role, coef: Mapping[int, float] | None = None) -> dict[int, float]:
-        return {j: (coef[k] if coef else 1.0) for (k, r), j in y.items() if r == role}
 
-    for role in ROLES:
-        bound = float(sum(c.size for c in problem.classes if role in c.eligible))
-        on_when_disagg = role is not Role.COLOCATED
-        sign = 1.0 if on_when_disagg else -1.0
-        # active: n ≥ 1 and n ≤ U when on; n = 0 when off.
-        model.add_row({**role_sum(role), m: -sign * bound}, hi=0.0 if on_when_disagg else bound)
-        model.add_row({**role_sum(role), m: -sign}, lo=0.0 if on_when_disagg else 1.0)
-    kv = {k: c.kv_bytes for k, c in enumerate(problem.classes)}
-    rate = {k: c.prefill_tokens_per_s for k, c in enumerate(problem.classes)}
-    for need, coef, role_d, role_c in (
-        (problem.kv_required_bytes, kv, Role.DECODE, Role.COLOCATED),
-        (problem.min_prefill_tokens_per_s, rate, Role.PREFILL, Role.COLOCATED),
-    ):
-        if need > 0:  # rows divided by the need, so coefficients stay near 1 for every backend
-            scaled = {k: v / need for k, v in coef.items()}
-            model.add_row({**role_sum(role_d, scaled), m: -1.0}, lo=0.0)
-            model.add_row({**role_sum(role_c, scaled), m: 1.0}, lo=1.0)
-    admission = None
+def _gpu_budget(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> None:
+    """Σ_k g_k Σ_r y_kr ≤ G."""
+    model.add_row(
+        {j: float(problem.classes[k].tp) for (k, _), j in y.items()}, hi=float(problem.max_gpus), name="gpu_budget"
+    )
+
+
+def _role_sum(
+    y: Mapping[tuple[int, Role], int], role: Role, coef: Mapping[int, float] | None = None
+) -> dict[int, float]:
+    """Σ_k coef_k·y_k,role as a sparse row (coefficient 1 without ``coef``)."""
+    return {j: (coef[k] if coef else 1.0) for (k, r), j in y.items() if r == role}
+
+
+def _role_active_iff_mode(
+    model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int], m: int, role: Role
+) -> None:
+    """Prefill and decode serve (≥ 1, ≤ U_r) iff m = 1; colocated iff m = 0; otherwise their count is 0."""
+    bound = float(sum(c.size for c in problem.classes if role in c.eligible))
+    on_when_disagg = role is not Role.COLOCATED
+    sign = 1.0 if on_when_disagg else -1.0
+    name = f"role_active_iff_mode[{role.value}"
+    model.add_row({**_role_sum(y, role), m: -sign * bound}, hi=0.0 if on_when_disagg else bound, name=f"{name},max]")
+    model.add_row({**_role_sum(y, role), m: -sign}, lo=0.0 if on_when_disagg else 1.0, name=f"{name},min]")
+
+
+def _kv_bytes(cls: SlotClass) -> float:
+    return cls.kv_bytes
+
+
+def _prefill_rate(cls: SlotClass) -> float:
+    return cls.prefill_tokens_per_s
+
+
+def _capacity_rows(
+    model: LinearModel,
+    problem: ClassProblem,
+    y: Mapping[tuple[int, Role], int],
+    m: int,
+    name: str,
+    need: float,
+    disaggregated_role: Role,
+    per_slot: Callable[[SlotClass], float],
+) -> None:
+    """Σ_k a_k·y_k,role ≥ need·m for the disaggregated role and ≥ need·(1 − m) for colocated.
+
+    Rows are divided by the need, so coefficients stay near 1 for every backend; no rows when nothing is
+    needed.
+    """
+    if need <= 0:
+        return
+    scaled = {k: per_slot(c) / need for k, c in enumerate(problem.classes)}
+    model.add_row(
+        {**_role_sum(y, disaggregated_role, scaled), m: -1.0}, lo=0.0, name=f"{name}[{disaggregated_role.value}]"
+    )
+    model.add_row({**_role_sum(y, Role.COLOCATED, scaled), m: 1.0}, lo=1.0, name=f"{name}[{Role.COLOCATED.value}]")
+
+
+def _admission_pause(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> int | None:
+    """The admission column u ∈ {0, 1} costing τ, with U_new·u ≥ Σ_{k new} Σ_r y_kr.
+
+    No column when no class is new or the pause is zero.
+    """
     new = {j: 1.0 for (k, _), j in y.items() if problem.classes[k].pauses_admission}
-    if new and problem.admission_pause_s > 0:
-        admission = model.add_var("admission", 0.0, 1.0, integer=True, cost=problem.admission_pause_s)
-        model.add_row({**new, admission: -float(sum(c.size for c in problem.classes if c.pauses_admission))}, hi=0.0)
-    columns = _Columns(y, m, t, admission)
-    for role, intercept, slope in cuts:
-        add_cut(model, problem, columns, role, intercept, slope)
-    return model, columns
+    if not new or problem.admission_pause_s <= 0:
+        return None
+    admission = model.add_var("admission", 0.0, 1.0, integer=True, cost=problem.admission_pause_s)
+    u_new = float(sum(c.size for c in problem.classes if c.pauses_admission))
+    model.add_row({**new, admission: -u_new}, hi=0.0, name="admission_pause")
+    return admission
 
 
 def add_cut(
@@ -258,12 +221,13 @@ def add_cut(
     """Add ``T ≥ intercept + slope·E_role``, switched off (by the mode variable) when the role is off."""
     row = {j: -slope * problem.classes[k].weight[r] for (k, r), j in columns.y.items() if r == role}
     row[columns.makespan] = 1.0
+    name = f"makespan_cut[{role.value}]"
     if role is Role.COLOCATED:  # active when m = 0:  T − slope·E + intercept·m ≥ intercept
         row[columns.mode] = intercept
-        model.add_row(row, lo=intercept)
+        model.add_row(row, lo=intercept, name=name)
     else:  # active when m = 1:  T − slope·E − intercept·m ≥ 0
         row[columns.mode] = -intercept
-        model.add_row(row, lo=0.0)
+        model.add_row(row, lo=0.0, name=name)
 
 
 def tangent(terms: PoolTerms, e: float) -> tuple[float, float]:
@@ -336,7 +300,7 @@ class MilpOutcome:
 
     solution: ClassSolution | None
     status: str
-    bound: float
+    bound_s: float
     wall_time_s: float
     rounds: int
     rounding_error: float
@@ -361,22 +325,22 @@ def solve_class_problem(
     wall, rounds, rounding, bound = 0.0, 0, 0.0, math.inf
     statuses = []
     for mode in modes:
-        if best is not None and mode_lower_bound(problem, mode) >= best.objective - 1e-9:
+        if best is not None and mode_lower_bound(problem, mode) >= best.objective_s - 1e-9:
             statuses.append("optimal")  # pruned: this mode cannot beat the incumbent
             continue
         sub = replace(problem, modes=(mode,))
         start = best if best is not None and best.mode is mode else None
-        cutoff = best.objective if best is not None else None
+        cutoff = best.objective_s if best is not None else None
         outcome = _solve_mode(sub, backend, time_limit_s=max(time_limit_s - wall, 1e-3), hint=start, cutoff=cutoff)
         wall += outcome.wall_time_s
         rounds += outcome.rounds
         rounding = max(rounding, outcome.rounding_error)
-        bound = min(bound, outcome.bound)  # the problem's bound is the weaker of the modes'
+        bound = min(bound, outcome.bound_s)  # the problem's bound is the weaker of the modes'
         statuses.append(outcome.status)
-        if outcome.solution is not None and (best is None or outcome.solution.objective < best.objective - 1e-12):
+        if outcome.solution is not None and (best is None or outcome.solution.objective_s < best.objective_s - 1e-12):
             best = outcome.solution
     if best is not None:
-        bound = min(bound, best.objective)
+        bound = min(bound, best.objective_s)
     if all(s in ("optimal", "infeasible") for s in statuses):
         status = "optimal" if best is not None else "infeasible"
     else:
@@ -385,9 +349,12 @@ def solve_class_problem(
 
 
 def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
-    """A cheap lower bound on any objective in ``mode``: every active pool at its full capacity, and every
-    class at its cheapest option (budget, KV and admission ignored)."""
-    full = {r: sum(c.weight[r] * c.size for c in problem.classes if r in c.eligible) for r in _MODE_ROLES[mode]}
+    """A cheap lower bound on any objective in ``mode``.
+
+    Every active pool at its full capacity, and every class at its cheapest option (budget, KV and admission
+    ignored).
+    """
+    full = {r: sum(c.weight[r] * c.size for c in problem.classes if r in c.eligible) for r in MODE_ROLES[mode]}
     makespan = max(problem.terms.pool(r).time_s(e) for r, e in full.items()) + problem.terms.environment_s
     cheapest = sum(
         c.size * min(c.cost[r] for r in (*(r for r in ROLES if r in c.eligible), None)) for c in problem.classes
@@ -413,6 +380,7 @@ def _solve_mode(
             model.add_row(
                 {j: c for j, c in enumerate(model.cost) if c},
                 hi=cutoff - model.offset + 1e-9 * max(1.0, abs(cutoff)),
+                name="objective_cutoff",
             )
         if best is not None and backend.capabilities.supports_hint:
             model.hint = _hint_vector(model, columns, problem, best)
@@ -428,7 +396,7 @@ def _solve_mode(
         candidate = _decode(problem, columns, result.values)
         if candidate is None:
             return MilpOutcome(best, "feasible" if best else "error", bound, wall, rounds, rounding)
-        if best is None or candidate.objective < best.objective - 1e-12:
+        if best is None or candidate.objective_s < best.objective_s - 1e-12:
             best = candidate
         model_t = result.values[columns.makespan]
         tight = True
@@ -464,22 +432,3 @@ def _hint_vector(model: LinearModel, columns: _Columns, problem: ClassProblem, s
         starts = any(problem.classes[k].pauses_admission and sum(n) > 0 for k, n in enumerate(solution.counts))
         hint[columns.admission] = 1.0 if starts else 0.0
     return hint
-
-
-def brute_force(problem: ClassProblem) -> ClassSolution | None:
-    """Exhaustive search over every per-class count vector and mode; for tiny instances and tests only."""
-    best: ClassSolution | None = None
-    per_class = [list(_compositions(c)) for c in problem.classes]
-    for mode in problem.modes:
-        for counts in itertools.product(*per_class):
-            solution = evaluate(problem, mode, counts)
-            if solution is not None and (best is None or solution.objective < best.objective - 1e-12):
-                best = solution
-    return best
-
-
-def _compositions(cls: SlotClass) -> Iterator[tuple[int, int, int]]:
-    ranges = [range(cls.size + 1) if role in cls.eligible else range(1) for role in ROLES]
-    for p, d, c in itertools.product(*ranges):
-        if p + d + c <= cls.size:
-            yield (p, d, c)

@@ -1,5 +1,8 @@
-"""HiGHS through highspy, called directly (no modelling layer): the default backend, chosen by measurement
-(``bench/plan_latency.py``): fastest on the class-level model and deterministic."""
+"""HiGHS through highspy, called directly (no modelling layer): the default backend.
+
+Chosen by measurement (``bench/plan_latency.py``, docs/solvers.md): fastest on the class-level model and
+deterministic.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +27,11 @@ class HighsBackend:
 
     @classmethod
     def is_available(cls) -> bool:
+        """True when highspy imports."""
         return importlib.util.find_spec("highspy") is not None
 
     def solve(self, model: LinearModel, *, time_limit_s: float) -> SolveResult:
+        """Solve ``model`` with HiGHS to zero gap or until ``time_limit_s``."""
         try:
             import highspy
         except ImportError:

@@ -96,8 +96,11 @@ class PulpHighsBackend(_PulpBackend):
 
 
 class PulpCbcBackend(_PulpBackend):
-    """PuLP modelling, CBC solving: ``COIN_CMD`` when a CBC binary is installed (``pulp[cbc]``), else the
-    CBC bundled with PuLP < 4 (``PULP_CBC_CMD``, deprecated there; its warning is ours to silence)."""
+    """PuLP modelling, CBC solving.
+
+    ``COIN_CMD`` when a CBC binary is installed (``pulp[cbc]``), else the CBC bundled with PuLP < 4
+    (``PULP_CBC_CMD``, deprecated there; its warning is ours to silence).
+    """
 
     name: ClassVar[str] = "pulp-cbc"
     capabilities: ClassVar[Capabilities] = Capabilities(

@@ -16,17 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pearl_sched import Mode, Role, Zone
-from pearl_sched.solvers import (
-    ClassProblem,
-    SlotClass,
-    available_backends,
-    brute_force,
-    enumerate_configurations,
-    evaluate,
-    get_backend,
-    solve_class_problem,
-)
-from pearl_sched.solvers.formulation import ROLES
+from pearl_sched.problem import ROLES, ClassProblem, SlotClass, brute_force, evaluate
+from pearl_sched.solvers import available_backends, enumerate_configurations, get_backend, solve_class_problem
 
 from .builders import MODEL, workload
 
@@ -93,9 +84,9 @@ def test_milp_optimum_equals_brute_force(problem: ClassProblem) -> None:
         return
     assert outcome.status == "optimal"
     assert outcome.solution is not None
-    assert _same_objective(outcome.solution.objective, oracle.objective), (outcome.solution, oracle)
+    assert _same_objective(outcome.solution.objective_s, oracle.objective_s), (outcome.solution, oracle)
     again = evaluate(problem, outcome.solution.mode, outcome.solution.counts)
-    assert again is not None and _same_objective(again.objective, outcome.solution.objective)
+    assert again is not None and _same_objective(again.objective_s, outcome.solution.objective_s)
 
 
 @pytest.mark.parametrize("backend", [b for b in available_backends() if b != "highs"])
@@ -109,7 +100,7 @@ def test_every_backend_agrees_with_highs(backend: str, problem: ClassProblem) ->
         return
     assert other.solution is not None
     rel = 1e-4 if get_backend(backend).capabilities.integer_coefficients_only else 1e-6
-    assert _same_objective(other.solution.objective, reference.objective, rel)
+    assert _same_objective(other.solution.objective_s, reference.objective_s, rel)
 
 
 @given(problems(homogeneous=True, free_moves=True))
@@ -120,7 +111,7 @@ def test_milp_equals_enumeration_on_homogeneous_pools(problem: ClassProblem) -> 
         assert milp is None or brute_force(problem) is not None
         return
     assert milp is not None
-    assert _same_objective(milp.objective, enumerated.objective)
+    assert _same_objective(milp.objective_s, enumerated.objective_s)
 
 
 @given(problems())
@@ -128,7 +119,7 @@ def test_milp_is_never_worse_than_its_start_solution(problem: ClassProblem) -> N
     start = enumerate_configurations(problem)
     milp = solve_class_problem(problem, get_backend("highs"), time_limit_s=10, hint=start).solution
     if start is not None:
-        assert milp is not None and milp.objective <= start.objective + 1e-9
+        assert milp is not None and milp.objective_s <= start.objective_s + 1e-9
 
 
 def test_golden_tiny_instance() -> None:
@@ -168,3 +159,36 @@ def test_golden_tiny_instance() -> None:
         assert outcome.solution.makespan_s == pytest.approx(24.0, rel=1e-4)
     only_disaggregated = ClassProblem((cls,), terms, 1.0, 2, 0.0, 0.0, 0.0, modes=(Mode.DISAGGREGATED,))
     assert brute_force(only_disaggregated).makespan_s == pytest.approx(32.0)  # type: ignore[union-attr]
+
+
+ROW_FAMILIES = [
+    "fixed_role_kept",
+    "one_role_per_slot",
+    "gpu_budget",
+    "role_active_iff_mode",
+    "kv_capacity",
+    "prefill_capacity",
+    "admission_pause",
+    "makespan_cut",
+]
+"""build_model's constraint families, in the order of the formulation docstring's lines."""
+
+
+@given(problems())
+@settings(max_examples=25)
+def test_model_rows_are_named_after_the_docstring(problem: ClassProblem) -> None:
+    """Every row of build_model is named after a constraint line of the formulation's docstring, in order."""
+    from pearl_sched.solvers.formulation import build_model, initial_cuts
+
+    model, _ = build_model(problem, initial_cuts(problem))
+    assert len(model.row_names) == len(model.rows)
+    families = [name.split("[")[0] for name in model.row_names]
+    assert set(families) <= set(ROW_FAMILIES), set(families) - set(ROW_FAMILIES)
+    assert families.count("gpu_budget") == 1
+    assert families.count("one_role_per_slot") == sum(1 for c in problem.classes if c.eligible)
+    assert families.count("role_active_iff_mode") == 6  # a lower and an upper row per rollout role
+    assert families.count("kv_capacity") == (2 if problem.kv_required_bytes > 0 else 0)
+    assert families.count("prefill_capacity") == (2 if problem.min_prefill_tokens_per_s > 0 else 0)
+    assert families.count("makespan_cut") == len(initial_cuts(problem))
+    ranks = [ROW_FAMILIES.index(f) for f in families]
+    assert ranks == sorted(ranks)

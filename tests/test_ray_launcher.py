@@ -6,13 +6,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import ray
 
 from pearl_sched.adapters.http import AdapterError, SGLangServerClient
 from pearl_sched.adapters.launcher import FAKE, ServerSpec
-from pearl_sched.adapters.ray_launcher import RayLauncher
 
-from .test_sglang_adapter import free_ports
+from .builders import free_ports
+
+ray = pytest.importorskip("ray")
+
+from pearl_sched.adapters.ray_launcher import RayLauncher  # noqa: E402 - needs ray
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

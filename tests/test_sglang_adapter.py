@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,8 @@ from pearl_sched.adapters.rollout import RolloutClient
 from pearl_sched.adapters.sglang import SGLangCluster, SlotSpec, local_slots
 from pearl_sched.control import Assignment, ClusterAdapter, TrainerAdapter
 
+from .builders import free_ports
+
 pytestmark = pytest.mark.integration
 
 WORKLOAD = Workload(
@@ -31,16 +32,6 @@ WORKLOAD = Workload(
     env_time_per_turn_s=1.0,
     kv_bytes_per_token=1000,
 )
-
-
-def free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def slots_on_free_ports(count: int, zone: Zone, prefix: str) -> list[SlotSpec]:

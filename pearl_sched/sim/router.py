@@ -39,6 +39,7 @@ class Router:
     turn: int = 0
 
     def __post_init__(self) -> None:
+        """Refuse a policy the gateway does not have."""
         if self.policy not in ROUTER_POLICIES:
             raise ValueError(f"unknown router policy {self.policy!r}; choose one of {', '.join(ROUTER_POLICIES)}")
 

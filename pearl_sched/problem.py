@@ -1,0 +1,192 @@
+"""The class-level planning problem: its vocabulary, its exact objective and a brute-force oracle.
+
+Slots that are interchangeable — same zone, GPU type, node group, current role and TP degree — form a
+*class* of size n_k; a configuration says how many slots of each class take each rollout role. This module
+is the problem's core: the planner builds a :class:`ClassProblem`, every solver (the MILP in
+``pearl_sched.solvers.formulation``, PEARL's enumeration) answers with a :class:`ClassSolution`, and
+:func:`evaluate` is the one exact score both sides agree on (docs/formulation.md). Solvers depend on this
+module; it depends on no solver.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pearl_sched.makespan import MakespanTerms
+from pearl_sched.state import Mode, Role, Zone
+
+ROLES: tuple[Role, Role, Role] = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+"""The rollout roles, in the order of a :data:`Counts` entry."""
+
+MODE_ROLES: Mapping[Mode, tuple[Role, ...]] = {
+    Mode.DISAGGREGATED: (Role.PREFILL, Role.DECODE),
+    Mode.COLOCATED: (Role.COLOCATED,),
+}
+"""The roles that serve in each mode."""
+
+
+@dataclass(frozen=True)
+class SlotClass:
+    """Interchangeable worker slots.
+
+    ``cost[r]`` is the objective seconds per slot of ending in rollout role r, ``cost[None]`` of ending
+    outside rollout (off, or back with the trainer). ``fixed`` keeps every slot in its current role.
+    ``key`` names the class; a caller that needs more per class (the planner's slot category) keeps its own
+    map from the key.
+    """
+
+    key: str
+    slot_ids: tuple[str, ...]
+    gpu_type: str
+    tp: int
+    zone: Zone
+    node_group: str
+    current_role: Role | None
+    eligible: frozenset[Role]
+    weight: Mapping[Role, float]
+    kv_bytes: float
+    prefill_tokens_per_s: float
+    cost: Mapping[Role | None, float]
+    pauses_admission: bool = False
+    fixed: bool = False
+
+    @functools.cached_property
+    def size(self) -> int:
+        """Number of slots in the class."""
+        return len(self.slot_ids)
+
+
+@dataclass(frozen=True)
+class ClassProblem:
+    """Everything the MILP, the enumeration and the brute-force oracle solve."""
+
+    classes: tuple[SlotClass, ...]
+    terms: MakespanTerms
+    unfinished_fraction: float
+    max_gpus: int
+    kv_required_bytes: float
+    min_prefill_tokens_per_s: float
+    admission_pause_s: float
+    modes: tuple[Mode, ...] = (Mode.COLOCATED, Mode.DISAGGREGATED)
+
+    def with_classes(self, classes: Sequence[SlotClass]) -> ClassProblem:
+        """The same problem over other classes."""
+        return ClassProblem(
+            tuple(classes),
+            self.terms,
+            self.unfinished_fraction,
+            self.max_gpus,
+            self.kv_required_bytes,
+            self.min_prefill_tokens_per_s,
+            self.admission_pause_s,
+            self.modes,
+        )
+
+
+Counts = tuple[tuple[int, int, int], ...]
+"""Per class, the number of slots in (prefill, decode, colocated)."""
+
+
+@dataclass(frozen=True)
+class ClassSolution:
+    """A configuration at class level and its exact score.
+
+    ``objective_s`` is ρ·makespan_s + transition_cost_s, the quantity every solver minimises.
+    """
+
+    mode: Mode
+    counts: Counts
+    makespan_s: float
+    pool_times_s: Mapping[Role, float]
+    transition_cost_s: float
+    objective_s: float
+    capacity: Mapping[Role, float] = field(default_factory=dict)
+
+
+def capacity(problem: ClassProblem, counts: Counts) -> dict[Role, float]:
+    """Reference-worker capacity E_r of each role."""
+    return {
+        role: sum(c.weight.get(role, 0.0) * n[i] for c, n in zip(problem.classes, counts, strict=True))
+        for i, role in enumerate(ROLES)
+    }
+
+
+def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution | None:
+    """The exact objective of a configuration, or ``None`` when it breaks a constraint."""
+    if mode not in problem.modes:
+        return None
+    totals = [0, 0, 0]
+    gpus = 0
+    kv = {role: 0.0 for role in ROLES}
+    prefill_rate = {role: 0.0 for role in ROLES}
+    transition_s = 0.0
+    starts = False
+    for cls, n in zip(problem.classes, counts, strict=True):
+        if sum(n) > cls.size or min(n) < 0:
+            return None
+        for i, role in enumerate(ROLES):
+            if n[i] and role not in cls.eligible:
+                return None
+            totals[i] += n[i]
+            kv[role] += cls.kv_bytes * n[i]
+            prefill_rate[role] += cls.prefill_tokens_per_s * n[i]
+            transition_s += cls.cost[role] * n[i]
+        if cls.fixed and cls.current_role is not None and n[ROLES.index(cls.current_role)] != cls.size:
+            return None
+        transition_s += cls.cost[None] * (cls.size - sum(n))
+        gpus += cls.tp * sum(n)
+        starts = starts or (cls.pauses_admission and sum(n) > 0)
+    if gpus > problem.max_gpus:
+        return None
+    active = MODE_ROLES[mode]
+    for i, role in enumerate(ROLES):
+        if (role in active) != (totals[i] > 0):
+            return None
+    memory_role = Role.DECODE if mode is Mode.DISAGGREGATED else Role.COLOCATED
+    if kv[memory_role] < problem.kv_required_bytes:
+        return None
+    prefill_role = Role.PREFILL if mode is Mode.DISAGGREGATED else Role.COLOCATED
+    if prefill_rate[prefill_role] < problem.min_prefill_tokens_per_s:
+        return None
+    cap = capacity(problem, counts)
+    pool_times = {role: problem.terms.pool(role).time_s(cap[role]) for role in active}
+    makespan_s = max(pool_times.values()) + problem.terms.environment_s
+    if starts:
+        transition_s += problem.admission_pause_s
+    objective_s = problem.unfinished_fraction * makespan_s + transition_s
+    return ClassSolution(mode, counts, makespan_s, pool_times, transition_s, objective_s, cap)
+
+
+def brute_force(problem: ClassProblem) -> ClassSolution | None:
+    """Exhaustive search over every per-class count vector and mode; for tiny instances and tests only."""
+    best: ClassSolution | None = None
+    per_class = [list(_compositions(c)) for c in problem.classes]
+    for mode in problem.modes:
+        for counts in itertools.product(*per_class):
+            solution = evaluate(problem, mode, counts)
+            if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
+                best = solution
+    return best
+
+
+def _compositions(cls: SlotClass) -> Iterator[tuple[int, int, int]]:
+    ranges = [range(cls.size + 1) if role in cls.eligible else range(1) for role in ROLES]
+    for p, d, c in itertools.product(*ranges):
+        if p + d + c <= cls.size:
+            yield (p, d, c)
+
+
+__all__ = [
+    "MODE_ROLES",
+    "ROLES",
+    "ClassProblem",
+    "ClassSolution",
+    "Counts",
+    "SlotClass",
+    "brute_force",
+    "capacity",
+    "evaluate",
+]
