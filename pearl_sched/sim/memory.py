@@ -165,10 +165,10 @@ class WorkerMemory:
         """A request matches the trajectory's prefix (at most ``tokens``) and locks it; the matched tokens."""
         held = self.lru.pop(index, 0.0)
         self.evictable_tokens -= held
-        match = min(held, tokens)
-        self.evictable_tokens += held - match  # a prefix longer than asked (not in practice) stays evictable
-        if held > match:
+        match = tokens if held >= tokens - 1e-6 else held  # whole tokens: a rounding shortfall is no miss
+        if held > match:  # a prefix longer than asked stays evictable
             self.lru[index] = held - match
+            self.evictable_tokens += held - match
         self.locked[index] = self.locked.get(index, 0.0) + match
         self.locked_tokens += match
         return match

@@ -639,6 +639,8 @@ class RolloutSimulation:
                 dec.advance(self.now)
                 held = math.floor(dec.memory.cached(job.index) + 1e-9)
                 cached = dec.memory.lock(job.index, min(held, job.prompt_tokens - 1))
+                if cached:  # less is evictable now: the pool runs out sooner
+                    self._reschedule(target)
         t.decode_worker, t.decode_cached = target, cached
         size = (job.prompt_tokens - cached) * self.pool.kv_bytes_per_token
         self.transferred_bytes += size
