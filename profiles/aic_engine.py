@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("sglang", "vllm", "trtllm")
 """Serving frameworks aiconfigurator-core models."""
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's default ``--gpu-memory-utilization``."""
 
 
 class AicCoverageError(PearlSchedError, ValueError):
@@ -223,6 +225,7 @@ class AicStepTimes:
     _handle: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Check coverage, compile the engine and probe one call of each kind (raises :class:`AicCoverageError`)."""
         root = _package_root()
         if self.backend not in BACKENDS:
             raise AicCoverageError(f"aiconfigurator-core has no backend {self.backend!r}; supported: {BACKENDS}")
@@ -385,19 +388,20 @@ class AicStepTimes:
         return self._corrected(raw * 1e3)
 
     def kv_capacity_tokens(self, mem_fraction_static: float | None = None) -> int:
-        """KV tokens per worker as aiconfigurator-core estimates SGLang's pool (its ``estimate_kv_cache``).
+        """KV tokens per worker as aiconfigurator-core estimates the pool (its ``estimate_kv_cache``).
 
-        ``mem_fraction_static`` defaults to the value SGLang derives for the GPU and parallelism
-        (``derive_sglang_mem_fraction_static`` in aiconfigurator-core, mirroring SGLang's server args).
+        ``mem_fraction_static`` (SGLang) or ``gpu_memory_utilization`` (vLLM) defaults to the value SGLang derives for
+        the GPU and parallelism (``derive_sglang_mem_fraction_static`` in aiconfigurator-core, mirroring SGLang's
+        server args) or vLLM's default 0.9.
         """
         from aiconfigurator_core.sdk.engine import _literal_backend_version
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
         systems = str(_package_root() / "systems")
-        if self.backend != "sglang":
-            raise AicCoverageError(f"kv_capacity_tokens models SGLang's pool only, not {self.backend}")
+        if self.backend == "trtllm":
+            raise AicCoverageError("kv_capacity_tokens models SGLang's and vLLM's pools, not TensorRT-LLM's")
         if mem_fraction_static is None:
-            mem_fraction_static = self._sglang_fraction()
+            mem_fraction_static = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
         try:
             estimate = estimate_kv_cache(
                 self.model_id,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pearl_sched.sim.replay import ReplayError, replay_closed_loop, sglang_chunked_prefill_size
+from pearl_sched.sim.replay import ReplayError, replay_closed_loop, replay_open_loop, sglang_chunked_prefill_size
 from pearl_sched.sim.steptimes import StepTimes
 
 
@@ -32,6 +32,7 @@ class FakeSteps:
 
     def mixed_s(self, new: float, seqs: int, cached: float, batch: int, context: float) -> float:
         self.calls["mixed"] += 1
+        self.prefill_tokens += int(new)
         return 0.010 + 1e-4 * new + 1e-5 * batch
 
 
@@ -112,3 +113,44 @@ def test_sglang_chunk_size_tiers() -> None:
     assert sglang_chunked_prefill_size(80 * 2**30) == 8192
     assert sglang_chunked_prefill_size(180 * 2**30) == 16384
     assert sglang_chunked_prefill_size(24 * 2**30) == 2048
+
+
+def test_open_loop_waits_for_arrivals() -> None:
+    res = replay_open_loop(FakeSteps(), [(5.0, 1000, 11)], pool_tokens=10_000)
+    assert res.ttft_s == pytest.approx(0.110)
+    assert res.e2e_s == pytest.approx(0.110 + 10 * 0.00501)
+
+
+def test_vllm_policy_mixes_decode_into_prefill_steps_within_the_budget() -> None:
+    steps = FakeSteps()
+    requests = [(0.01 * i, 300 + 7 * i, 40 + i) for i in range(30)]
+    res = replay_open_loop(
+        steps, requests, pool_tokens=5000, policy="vllm-v1", max_num_batched_tokens=512, max_running_requests=16
+    )
+    assert steps.calls["mixed"] > 0
+    assert res.requests == 30 and res.max_used_tokens <= 5000
+
+
+def test_open_loop_refuses_bad_requests() -> None:
+    with pytest.raises(ReplayError, match="unknown policy"):
+        replay_open_loop(FakeSteps(), [(0.0, 10, 10)], pool_tokens=100, policy="tgi")
+    with pytest.raises(ReplayError, match="arrival_s"):
+        replay_open_loop(FakeSteps(), [(0.0, 0, 10)], pool_tokens=100)
+
+
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 800), st.integers(1, 200)), min_size=1, max_size=30),
+    gap=st.floats(0.0, 0.05),
+    slack=st.floats(1.0, 10.0),
+    policy=st.sampled_from(["sglang", "vllm-v1"]),
+)
+def test_open_loop_pool_invariant_and_token_accounting(
+    sizes: list[tuple[int, int]], gap: float, slack: float, policy: str
+) -> None:
+    pool = int(max(i + o for i, o in sizes) * slack)
+    steps = FakeSteps()
+    requests = [(gap * k, i, o) for k, (i, o) in enumerate(sizes)]
+    res = replay_open_loop(steps, requests, pool_tokens=pool, policy=policy, max_num_batched_tokens=1024)
+    assert res.max_used_tokens <= pool
+    assert res.requests == len(sizes)
+    assert steps.prefill_tokens >= sum(i for i, _ in sizes)  # every prompt computed (retracted ones again)

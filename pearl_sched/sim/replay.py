@@ -64,6 +64,7 @@ class _Request:
     rid: int
     arrival_s: float
     target: int  # tokens to prefill: the prompt, or prompt + generated after a retraction
+    osl: int  # max_new_tokens (EOS ignored)
     first_token_s: float = -1.0
     prefilled: int = 0
     generated: int = 0  # at join
@@ -99,12 +100,12 @@ class SGLangDefaultScheduler:
 
     steps: StepTimes
     pool_tokens: int
-    osl: int
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
     max_running_requests: int = 4096
     mixed_chunk: bool = False
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO
+    decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
     waiting: deque[_Request] = field(default_factory=deque)
     running: dict[int, _Request] = field(default_factory=dict)
     chunked: _Request | None = None
@@ -113,6 +114,8 @@ class SGLangDefaultScheduler:
     retractions: int = 0
     _kv_base: int = 0  # Σ (kv - join_iter) over running
     _gen_base: int = 0  # Σ (generated - join_iter) over running
+    _osl_sum: int = 0  # Σ osl over running
+    _long: int = 0  # running requests with osl above CLIP_MAX_NEW_TOKENS
     _finish: list[tuple[int, int, _Request]] = field(default_factory=list)
 
     def generated(self, req: _Request) -> int:
@@ -128,11 +131,13 @@ class SGLangDefaultScheduler:
         return self._kv_base / len(self.running) + self.decode_iter
 
     def _reserved(self) -> float:
+        if self.new_token_ratio == 0:
+            return 0.0
         n = len(self.running)
-        if self.osl <= CLIP_MAX_NEW_TOKENS:
-            remaining = n * self.osl - (self._gen_base + n * self.decode_iter)
+        if not self._long:
+            remaining = self._osl_sum - (self._gen_base + n * self.decode_iter)
         else:
-            remaining = sum(min(self.osl - self.generated(r), CLIP_MAX_NEW_TOKENS) for r in self.running.values())
+            remaining = sum(min(r.osl - self.generated(r), CLIP_MAX_NEW_TOKENS) for r in self.running.values())
         return remaining * self.new_token_ratio
 
     def build_prefill(self) -> list[tuple[_Request, int, int]]:
@@ -151,7 +156,7 @@ class SGLangDefaultScheduler:
                 break
             left = req.target - req.prefilled
             take = min(left, rem_chunk, rem_input)
-            reserve = min(self.osl - req.generated, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            reserve = min(req.osl - req.generated, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
             need = take + (reserve if take == left else 0.0)
             if need > rem_total:
                 break
@@ -174,16 +179,20 @@ class SGLangDefaultScheduler:
         """``req`` finished its prefill (which sampled one token) and joins the decode batch."""
         req.generated += 1
         req.join_iter = self.decode_iter
-        req.finish_iter = self.decode_iter + self.osl - req.generated
+        req.finish_iter = self.decode_iter + req.osl - req.generated
         req.live = True
         self.running[id(req)] = req
         self._kv_base += req.kv - req.join_iter
         self._gen_base += req.generated - req.join_iter
+        self._osl_sum += req.osl
+        self._long += req.osl > CLIP_MAX_NEW_TOKENS
         heapq.heappush(self._finish, (req.finish_iter, req.rid, req))
 
     def _leave(self, req: _Request) -> None:
         self._kv_base -= req.kv - req.join_iter
         self._gen_base -= req.generated - req.join_iter
+        self._osl_sum -= req.osl
+        self._long -= req.osl > CLIP_MAX_NEW_TOKENS
         req.generated, req.kv = self.generated(req), self.kv(req)
         req.live = False
         del self.running[id(req)]
@@ -193,7 +202,8 @@ class SGLangDefaultScheduler:
         """Account one decode iteration (one token per running request)."""
         self.used_tokens += len(self.running)
         self.decode_iter += 1
-        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+        if self.new_token_ratio > 0:
+            self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
 
     def finished(self) -> list[_Request]:
         """Requests whose last token came out, removed from the batch and their KV freed."""
@@ -220,11 +230,9 @@ class SGLangDefaultScheduler:
         for victim in reversed(victims):
             self.waiting.appendleft(victim)
         self.retractions += len(victims)
-        if self.running:
+        if self.running and self.new_token_ratio > 0:
             decoded = sum(self.generated(r) for r in self.running.values())
-            self.new_token_ratio = min(
-                1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / (len(self.running) * self.osl)
-            )
+            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / self._osl_sum)
         return len(victims)
 
 
@@ -247,28 +255,103 @@ def replay_closed_loop(
     """
     if isl <= 0 or osl <= 0 or concurrency <= 0 or rounds <= 0:
         raise ReplayError(f"isl, osl, concurrency and rounds must be positive, got {isl}, {osl}, {concurrency}")
-    if isl + osl > pool_tokens:
-        raise ReplayError(f"one request ({isl}+{osl} tokens) does not fit the KV pool of {pool_tokens} tokens")
     sched = SGLangDefaultScheduler(
         steps,
         pool_tokens,
-        osl,
         chunked_prefill_size=chunked_prefill_size,
         max_prefill_tokens=max_prefill_tokens,
         mixed_chunk=mixed_chunk,
     )
-    total = rounds * concurrency
+    return _drive(sched, [(0.0, isl, osl)] * concurrency, rounds * concurrency, closed_loop=True)
+
+
+def replay_open_loop(
+    steps: StepTimes,
+    requests: list[tuple[float, int, int]],
+    *,
+    pool_tokens: int,
+    policy: str = "sglang",
+    max_num_batched_tokens: int = 8192,
+    max_running_requests: int = 4096,
+) -> ReplayResult:
+    """Replay requests ``(arrival_s, input_tokens, output_tokens)`` arriving open-loop on one worker.
+
+    ``policy="sglang"`` schedules as the module docstring says. ``policy="vllm-v1"`` approximates vLLM's V1
+    scheduler: every step runs the decode batch and spends what is left of ``max_num_batched_tokens`` on chunked
+    prefill in the same forward pass (``StepTimes.mixed_s``); KV is allocated on demand with no reservation for
+    future tokens, and when a decode cannot get its slot the least advanced request is preempted and recomputed
+    (vLLM's recompute preemption).
+
+    Raises:
+        ReplayError: an empty or impossible request list, or an unknown policy.
+    """
+    if not requests or any(isl <= 0 or osl <= 0 or at < 0 for at, isl, osl in requests):
+        raise ReplayError("requests must be (arrival_s >= 0, input_tokens > 0, output_tokens > 0)")
+    if policy not in ("sglang", "vllm-v1"):
+        raise ReplayError(f"unknown policy {policy!r}; known: sglang, vllm-v1")
+    vllm = policy == "vllm-v1"
+    sched = SGLangDefaultScheduler(
+        steps,
+        pool_tokens,
+        chunked_prefill_size=max_num_batched_tokens,
+        max_prefill_tokens=max_num_batched_tokens,
+        max_running_requests=max_running_requests,
+        mixed_chunk=vllm,
+        new_token_ratio=0.0 if vllm else INIT_NEW_TOKEN_RATIO,
+        decode_budget=vllm,
+    )
+    return _drive(sched, sorted(requests), len(requests), closed_loop=False)
+
+
+def _drive(
+    sched: SGLangDefaultScheduler,
+    arrivals: list[tuple[float, int, int]],
+    total: int,
+    *,
+    closed_loop: bool,
+) -> ReplayResult:
+    steps = sched.steps
+    for _, isl, osl in arrivals:
+        if isl + osl > sched.pool_tokens:
+            raise ReplayError(
+                f"one request ({isl}+{osl} tokens) does not fit the KV pool of {sched.pool_tokens} tokens"
+            )
+    pending = deque(arrivals)
     sent = done = prefill_steps = decode_steps = max_used = 0
     now = ttft_sum = tpot_sum = e2e_sum = 0.0
-    for _ in range(concurrency):
-        sched.waiting.append(_Request(sent, 0.0, isl))
-        sent += 1
+
+    def admit_arrivals() -> None:
+        nonlocal sent
+        while pending and pending[0][0] <= now:
+            at, isl, osl = pending.popleft()
+            sched.waiting.append(_Request(sent, at, isl, osl))
+            sent += 1
+
+    if closed_loop:
+        for at, isl, osl in arrivals:
+            sched.waiting.append(_Request(sent, at, isl, osl))
+            sent += 1
+        pending.clear()
     while done < total:
-        batch = sched.build_prefill()
+        admit_arrivals()
+        if sched.decode_budget:
+            # vLLM: the running requests are scheduled first (their KV slot, their token of the budget)
+            if sched.retract():
+                continue
+            n_run = len(sched.running)
+            sched.chunked_prefill_size = max(sched.max_prefill_tokens - n_run, 0)
+            sched.used_tokens += n_run
+            batch = sched.build_prefill()
+            sched.used_tokens -= n_run
+        else:
+            n_run = len(sched.running)
+            batch = sched.build_prefill()
         if batch:
             new = sum(take for _, take, _ in batch)
             cached = sum(c for _, _, c in batch) / len(batch)
-            n_run = len(sched.running)
+            if sched.mixed_chunk and n_run and sched.pool_tokens - sched.used_tokens < n_run:
+                sched.retract()  # SGLang's mixed chunk: the decode part still needs its slots
+                n_run = len(sched.running)
             if sched.mixed_chunk and n_run:
                 now += steps.mixed_s(new, len(batch), cached, n_run, sched.mean_context())
                 sched.decode_step()
@@ -285,6 +368,9 @@ def replay_closed_loop(
                     req.first_token_s = now
                 sched.join(req)
         elif not sched.running:
+            if pending and not sched.waiting and sched.chunked is None:
+                now = max(now, pending[0][0])  # idle until the next arrival
+                continue
             raise ReplayError("nothing runs and nothing can be admitted: the pool is too small for one request")
         elif sched.retract():
             continue
@@ -298,10 +384,10 @@ def replay_closed_loop(
             e2e = now - req.arrival_s
             ttft_sum += ttft
             e2e_sum += e2e
-            tpot_sum += (e2e - ttft) / max(osl - 1, 1)
+            tpot_sum += (e2e - ttft) / max(req.osl - 1, 1)
             done += 1
-            if sent < total:
-                sched.waiting.append(_Request(sent, now, isl))
+            if closed_loop and sent < total:
+                sched.waiting.append(_Request(sent, now, arrivals[0][1], arrivals[0][2]))
                 sent += 1
     return ReplayResult(
         ttft_s=ttft_sum / total,
@@ -312,8 +398,15 @@ def replay_closed_loop(
         prefill_steps=prefill_steps,
         decode_steps=decode_steps,
         max_used_tokens=max_used,
-        pool_tokens=pool_tokens,
+        pool_tokens=sched.pool_tokens,
     )
 
 
-__all__ = ["ReplayError", "ReplayResult", "SGLangDefaultScheduler", "replay_closed_loop", "sglang_chunked_prefill_size"]
+__all__ = [
+    "ReplayError",
+    "ReplayResult",
+    "SGLangDefaultScheduler",
+    "replay_closed_loop",
+    "replay_open_loop",
+    "sglang_chunked_prefill_size",
+]
