@@ -50,6 +50,7 @@ def hand_setting() -> Setting:
     )
     fields = {k: getattr(real, k) for k in real.__dataclass_fields__}
     fields["steps"] = LinearStepTimes(device)
+    fields["step_overhead_s"] = 0.0  # the hand computation has no per-step framework overhead (setting.py's 1.96 ms)
     return HandSetting(**fields)
 
 

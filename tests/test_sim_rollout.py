@@ -36,11 +36,17 @@ def test_colocated_single_trajectory_by_hand() -> None:
 
 
 def test_disaggregated_adds_the_kv_transfer() -> None:
-    # 1,000 bytes per token over a 1 MB/s link: 0.1 s after the first prefill, 0.05 s after the second.
+    # 1,000 bytes per token over a 1 MB/s link: 0.1 s after the first prefill (100 tokens). The second turn's
+    # prompt is 100 + 10 generated + 50 appended: the prefill worker holds only the 100 it prefilled, so it
+    # computes 60 tokens (0.06 s, not the 0.05 s of the 50 appended ones: the 10 tokens generated on the decode
+    # worker are recomputed), and SGLang's decode side keeps no radix cache, so the whole 160-token context
+    # crosses the link (0.16 s; the old expectation sent only the 50 appended tokens' KV).
     pool = Pool(
         Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_bytes_per_token=1000, link_bytes_per_s=1e6
     )
-    assert simulate_batch(pool, [TWO_TURNS]).makespan_s == pytest.approx(5.45 + 0.1 + 0.05)
+    result = simulate_batch(pool, [TWO_TURNS])
+    assert result.makespan_s == pytest.approx(5.45 + 0.01 + 0.1 + 0.16)
+    assert result.transferred_bytes == pytest.approx((100 + 160) * 1000)
 
 
 def test_sequences_share_a_decode_iteration() -> None:
@@ -80,7 +86,9 @@ def test_kv_capacity_makes_trajectories_wait_but_all_finish() -> None:
     fast, slow = simulate_batch(roomy, batch), simulate_batch(tight, batch)
     assert slow.finished == fast.finished == 8
     assert slow.makespan_s > fast.makespan_s
-    with pytest.raises(ValueError, match="more than a decode worker holds"):
+    # Every worker now has the pool (SGLang's prefill servers too), so the 400-token prompt fails on the
+    # prefill side first.
+    with pytest.raises(ValueError, match="more than a prefill worker holds"):
         simulate_batch(
             Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_capacity_tokens=100), batch
         )
@@ -91,6 +99,16 @@ def test_pool_shape_is_validated() -> None:
         Pool(Mode.COLOCATED, FLAT, prefill_workers=1)
     with pytest.raises(ValueError, match="disaggregated pool"):
         Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1)
+
+
+def _prompts(spec: TrajectorySpec) -> int:
+    """Σ over turns of the whole prompt: everything appended and generated before the turn, and its append."""
+    total = context = 0
+    for turn in spec.turns:
+        context += turn.appended_tokens
+        total += context
+        context += turn.generated_tokens
+    return total
 
 
 @st.composite
@@ -141,7 +159,12 @@ def test_invariants(case: tuple[Pool, list[TrajectorySpec]]) -> None:
     result = simulate_batch(pool, trajectories)
     assert result.finished == result.trajectories == len(trajectories)
     assert result.generated_tokens == sum(t.generated_tokens for t in trajectories)
-    assert result.prefill_tokens == sum(turn.appended_tokens for t in trajectories for turn in t.turns)
+    # Every turn's whole prompt is either a prefix-cache hit or computed (SGLang caches a finished turn, and a
+    # PD prefill worker never holds the tokens the decode worker generated, so it is no longer true that only
+    # the appended tokens are prefilled): with room for everything nothing is retracted.
+    assert result.retractions == 0
+    assert result.prefill_tokens + result.cache_hit_tokens == sum(_prompts(t) for t in trajectories)
+    assert result.prefill_tokens >= sum(turn.appended_tokens for t in trajectories for turn in t.turns)
     steps = pool.step_times
     critical = max(
         sum(
@@ -162,12 +185,14 @@ def test_preempted_decode_worker_keeps_the_partial_turn_and_reprefills_its_prefi
     one = TrajectorySpec((Turn(100, 10, 0.0),))
     pool = Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1)
     # Prefill 0.1 s; 5 of 10 tokens decoded by 0.15 s, when decode worker 0 leaves and worker 1 joins.
-    # The 105-token prefix is prefilled again (0.105 s), then the last 5 tokens decode (0.05 s): 0.305 s.
+    # The 105-token prefix is resubmitted; the prefill worker's radix cache still holds the 100-token prompt
+    # it prefilled (the old expectation recomputed all 105), so it computes the 5 generated tokens (0.005 s),
+    # then the last 5 tokens decode (0.05 s): 0.205 s.
     change = PoolChange(at_s=0.15, add_decode=1, remove_decode=(0,))
     result = simulate_batch(pool, [one], [change])
-    assert result.makespan_s == pytest.approx(0.305)
+    assert result.makespan_s == pytest.approx(0.205)
     assert result.generated_tokens == 10
-    assert result.prefill_tokens == 100 + 105
+    assert result.prefill_tokens == 100 + 5
 
 
 def test_pool_changes_are_validated() -> None:

@@ -1,17 +1,33 @@
-"""A discrete-event simulation of one multi-turn rollout batch on a fixed pool of workers.
+"""A discrete-event simulation of one multi-turn rollout batch on a fixed pool of SGLang workers.
 
-Entities: trajectories (turns of prefill → decode → environment), workers (prefill, decode or colocated), a
-KV link per prefill worker. Events: a prefill batch ends, a KV transfer ends, a decode sequence finishes its
-turn, an environment call returns. Decode is never simulated per token: each decode worker keeps a
-*virtual iteration clock* that advances at 1/τ(n) iterations per second, with τ(n) the step time of its
-current batch; a sequence finishes at a known iteration index, so the next completion is one heap lookup and
-an arrival or departure only re-rates the clock (O(log n) per event).
+Entities: trajectories (turns of prefill → decode → environment), workers (prefill, decode or colocated), each
+with its KV pool and radix cache (:mod:`~pearl_sched.sim.memory`), the gateway's router
+(:mod:`~pearl_sched.sim.router`), a KV link per prefill worker. Events: a prefill step ends, a KV transfer ends,
+a decode batch reaches its next finishing sequence or runs out of KV, an environment call returns. Decode is
+never simulated per token: each decode worker keeps a *virtual iteration clock* that advances at 1/τ(n)
+iterations per second, τ(n) the step time of its current batch plus the per-step framework overhead; a
+sequence finishes at a known iteration index, and its KV grows by one token per iteration, so the batch's KV
+is ``kv_base + n·clock`` and the iteration at which the pool runs out is one division.
 
-Scheduling, as SGLang does by default: a prefill worker batches queued prefills up to ``chunk_tokens`` new
-tokens; a colocated worker runs prefill batches first and pauses its decode batch meanwhile (the interference
-PEARL's colocated model folds into T_over); a disaggregated prefill sends the appended tokens' KV to the least
-loaded decode worker with room, over its link at ``link_bytes_per_s`` (first come, first served); a decode
-worker holds at most ``kv_capacity_tokens`` of context, and a trajectory that finds no room waits for it.
+Scheduling, as SGLang's scheduler does it (docs/simulator.md names the source of each rule):
+
+* **Admission** (``schedule_policy.PrefillAdder``): FCFS; a request enters the prefill batch only if its
+  uncached prompt plus min(max_new_tokens, 4096) fits in free + evictable tokens less the running batch's
+  reserve (Σ min(max_new − generated, 4096) × ``new_token_ratio``); otherwise the queue waits. Prompts are
+  split into ``chunk_tokens`` (``--chunked-prefill-size``) chunks; a chunked request leads the next batch.
+* **Prefill first**: a colocated worker pauses its decode batch while it prefills, or, with
+  ``enable_mixed_chunk``, runs one decode iteration inside each prefill step.
+* **Retraction** (``ScheduleBatch.retract_decode``): when decode finds no free token, the requests with the
+  fewest generated tokens leave the batch until the rest can run 20 more steps; ``new_token_ratio`` is reset
+  from what the batch has decoded. A colocated worker re-prefills them later (what its cache still holds is
+  a hit); a PD decode worker offloads them to host memory and resumes them first.
+* **Prefix cache**: a finished turn's whole sequence stays in the worker's radix cache until LRU eviction;
+  the router decides whether the next turn lands where its prefix is.
+* **PD**: the prefill worker computes the part of the prompt its cache does not hold — never the tokens the
+  decode worker generated — and sends the *whole* prompt's KV to the decode worker the router chose
+  (FCFS on its link), less what the decode worker's radix cache holds when ``decode_radix_cache``
+  (``--disaggregation-decode-enable-radix-cache``) is on. The decode worker admits it when its pool has
+  room for it plus ``--num-reserved-decode-tokens`` (512) per running request.
 
 Every trajectory started finishes: the result says how many did (``finished``), and the tests hold it to
 all of them.
@@ -29,6 +45,16 @@ from enum import Enum
 
 import numpy as np
 
+from pearl_sched.sim.memory import (
+    CLIP_MAX_NEW_TOKENS,
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO_FACTOR,
+    NEW_TOKEN_RATIO_DECAY_STEPS,
+    NUM_RESERVED_DECODE_TOKENS,
+    RETRACT_DECODE_STEPS,
+    WorkerMemory,
+)
+from pearl_sched.sim.router import ROUTER_POLICIES, Router
 from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import Mode
 
@@ -55,7 +81,21 @@ class TrajectorySpec:
 
 @dataclass(frozen=True)
 class Pool:
-    """A fixed rollout configuration: the mode, worker counts and what each worker is like."""
+    """A fixed rollout configuration: the mode, worker counts and what each worker is like.
+
+    Attributes:
+        kv_capacity_tokens: Each worker's KV pool in tokens (every role; ``memory.kv_pool_tokens``).
+        chunk_tokens: SGLang's ``--chunked-prefill-size``: the most new tokens one prefill step computes.
+        router: The gateway's policy: ``cache_aware`` (smg's default), ``least_load`` or ``round_robin``.
+        decode_radix_cache: SGLang's ``--disaggregation-decode-enable-radix-cache`` (off by default).
+        enable_mixed_chunk: SGLang's ``--enable-mixed-chunk``: a prefill chunk and the decode batch in one step.
+        step_overhead_s: Framework seconds added to every step (scheduling, sampling, launch).
+        schedule_conservativeness: SGLang's ``--schedule-conservativeness`` (scales the new-token ratio).
+        max_context_tokens: The rollout's maximum length; a request's max_new_tokens is what it leaves.
+        attention_dp: Attention-DP ranks per engine (SGLang ``--enable-dp-attention --dp-size``): every
+            ``attention_dp`` consecutive colocated workers are the ranks of one engine, whose MoE layers run in
+            lock-step, so a prefill step on one rank holds every other rank's decode for its duration.
+    """
 
     mode: Mode
     step_times: StepTimes
@@ -66,6 +106,13 @@ class Pool:
     kv_bytes_per_token: float = 0.0
     link_bytes_per_s: float = float("inf")
     chunk_tokens: int = 8192
+    router: str = "cache_aware"
+    decode_radix_cache: bool = False
+    enable_mixed_chunk: bool = False
+    step_overhead_s: float = 0.0
+    schedule_conservativeness: float = 1.0
+    max_context_tokens: int = 32768
+    attention_dp: int = 1
 
     def __post_init__(self) -> None:
         if self.mode is Mode.COLOCATED and (self.colocated_workers < 1 or self.prefill_workers or self.decode_workers):
@@ -76,6 +123,12 @@ class Pool:
             raise ValueError("a disaggregated pool has ≥1 prefill and ≥1 decode worker and no colocated ones")
         if self.chunk_tokens < 1:
             raise ValueError("chunk_tokens must be ≥ 1")
+        if self.router not in ROUTER_POLICIES:
+            raise ValueError(f"router must be one of {', '.join(ROUTER_POLICIES)}, not {self.router!r}")
+        if self.attention_dp < 1:
+            raise ValueError("attention_dp must be ≥ 1")
+        if self.step_overhead_s < 0 or self.schedule_conservativeness <= 0 or self.kv_capacity_tokens <= 0:
+            raise ValueError("step_overhead_s must be ≥ 0; schedule_conservativeness and kv_capacity_tokens > 0")
 
 
 @dataclass(frozen=True)
@@ -91,6 +144,10 @@ class BatchResult:
     decode_busy_s: float
     decoding_trajectory_s: float
     events: int
+    retractions: int = 0
+    transferred_bytes: float = 0.0
+    cache_hit_tokens: float = 0.0
+    peak_kv_fraction: float = 0.0
 
     @property
     def throughput_tokens_per_s(self) -> float:
@@ -117,8 +174,9 @@ class PoolChange:
 
     ``remove_*`` name workers by their index in the pool (joined workers get the next indices). A removed
     decode worker's sequences keep the tokens generated so far and resubmit their whole prefix to a prefill
-    worker (a re-prefill), then decode the rest of their turn elsewhere; a removed prefill worker's queue and
-    running batch go to the others. KV transfers already on the wire complete.
+    worker (a re-prefill: whatever that worker's cache no longer holds is computed again), then decode the rest
+    of their turn elsewhere; a removed prefill worker's queue and running batch go to the others. KV transfers
+    already on the wire complete. A removed worker's KV pool and radix cache are gone.
     """
 
     at_s: float
@@ -135,29 +193,66 @@ class _Trajectory:
     spec: TrajectorySpec
     index: int
     turn: int = 0
-    context: int = 0
-    remaining: int | None = None  # tokens still to generate this turn after an interruption
+    context: int = 0  # tokens of the sequence so far: prompts, appended observations and generated tokens
+    remaining: int | None = None  # tokens still to generate this turn after an interruption or retraction
+    prefill_worker: int = -1  # PD: where the turn's prompt was prefilled (its KV is held until it is sent)
+    prefill_private: float = 0.0
+    decode_worker: int = -1  # PD: the decode worker the router chose for the turn
+    decode_cached: float = 0.0  # PD: tokens of the prompt the decode worker's radix cache held
+
+
+@dataclass
+class _Job:
+    """A prefill request: the whole prompt must be in the worker's KV; ``cached`` of it was a cache hit."""
+
+    index: int
+    prompt_tokens: int
+    cached: float = 0.0
+    done: int = 0  # tokens prefilled by earlier chunks
+    admitted: bool = False
+
+    @property
+    def left(self) -> int:
+        return max(0, self.prompt_tokens - int(self.cached) - self.done)
+
+
+@dataclass
+class _Charge:
+    tokens: int  # to generate this turn (what is left of it)
+    start: float  # the decoder's clock when the sequence joined
+    private: float  # KV the sequence holds beyond its locked prefix when it joined
+    share: float  # its contribution to the batch's mean context
+    max_new: int  # the request's max_new_tokens
 
 
 @dataclass
 class _Decoder:
-    """A worker's decode side with its virtual iteration clock."""
+    """A worker's decode side with its virtual iteration clock and its KV pool."""
 
     steps: StepTimes
-    kv_capacity: float
+    memory: WorkerMemory
+    overhead_s: float = 0.0
     active: dict[int, float] = field(default_factory=dict)  # trajectory → finishing iteration
-    finishing: list[tuple[float, int]] = field(default_factory=list)  # heap of (iteration, trajectory)
+    finishing: list[tuple[float, int]] = field(default_factory=list)  # heap of (iteration, trajectory), lazy
     context_total: float = 0.0
-    kv_used: float = 0.0
+    kv_base: float = 0.0  # Σ (private KV at joining − clock at joining): the batch's KV is kv_base + n·clock
     clock: float = 0.0  # iterations done (continuous)
     since: float = 0.0
     tau: float = 0.0
     paused: bool = False
+    held: int = 0  # attention-DP: prefill steps of other ranks of the engine holding this rank's decode
     version: int = 0
     busy_s: float = 0.0
     occupancy_s: float = 0.0  # ∫ (sequences in the decode phase) dt, paused or not
     alive: bool = True
-    charge: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # tokens, KV, context share
+    charge: dict[int, _Charge] = field(default_factory=dict)
+    unclipped: set[int] = field(default_factory=set)  # sequences whose admission reserve is not always the clip
+    waiting: deque[tuple[int, float]] = field(default_factory=deque)  # PD: (trajectory, private KV) sent here
+    retracted: deque[int] = field(default_factory=deque)  # PD: offloaded to host, resumed first
+    incoming: int = 0  # PD: transfers on their way here
+    ratio0: float = INIT_NEW_TOKEN_RATIO
+    ratio_clock: float = 0.0
+    init_ratio: float = INIT_NEW_TOKEN_RATIO
 
     def advance(self, now: float) -> None:
         self.occupancy_s += len(self.active) * (now - self.since)
@@ -165,23 +260,54 @@ class _Decoder:
             self.clock += (now - self.since) / self.tau
             self.busy_s += now - self.since
         self.since = now
+        self.memory.settle(self.kv())
+
+    def kv(self) -> float:
+        """The decode batch's KV tokens now."""
+        return self.kv_base + len(self.active) * self.clock if self.active else 0.0
 
     def rerate(self) -> None:
         n = len(self.active)
-        self.tau = self.steps.decode_s(n, self.context_total / n) if n else 0.0
+        self.tau = self.steps.decode_s(n, self.context_total / n) + self.overhead_s if n else 0.0
 
+    def new_token_ratio(self) -> float:
+        """SGLang's ``new_token_ratio``, decayed linearly per decode step since it was last set."""
+        floor = self.init_ratio * MIN_NEW_TOKEN_RATIO_FACTOR
+        decay = (self.init_ratio - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
+        return max(floor, self.ratio0 - decay * (self.clock - self.ratio_clock))
 
-_Job = tuple[int, int, int, bool]  # trajectory, new tokens, cached tokens, resubmitted prefix
+    def out(self, index: int) -> int:
+        """Tokens the sequence has generated on this worker so far."""
+        c = self.charge[index]
+        return max(0, min(c.tokens, int(self.clock - c.start + 1e-9)))
+
+    def next_finish(self) -> float | None:
+        while self.finishing and self.active.get(self.finishing[0][1]) != self.finishing[0][0]:
+            heapq.heappop(self.finishing)
+        return self.finishing[0][0] if self.finishing else None
+
+    def drop(self, index: int) -> _Charge:
+        c = self.charge.pop(index)
+        del self.active[index]
+        self.unclipped.discard(index)
+        self.kv_base -= c.private - c.start
+        self.context_total -= c.share
+        if not self.active:
+            self.context_total = self.kv_base = 0.0  # clear rounding residue
+        return c
 
 
 @dataclass
 class _Prefiller:
+    memory: WorkerMemory
     queue: deque[_Job] = field(default_factory=deque)
-    running: list[_Job] | None = None
-    load_tokens: int = 0  # queued and running new tokens
+    running: list[tuple[_Job, int]] | None = None
+    in_flight: int = 0  # requests routed here and not yet sent on (routing load)
     link_free_at: float = 0.0
     alive: bool = True
     version: int = 0
+    mixed_decode: bool = False  # the running step also ran one decode iteration (mixed chunk)
+    holding: list[int] = field(default_factory=list)  # attention-DP: other ranks whose decode this step holds
 
 
 class RolloutSimulation:
@@ -191,25 +317,55 @@ class RolloutSimulation:
         if not trajectories:
             raise ValueError("a batch needs at least one trajectory")
         self.pool = pool
+        self.colocated = pool.mode is Mode.COLOCATED
+        self.now = 0.0
         self.trajectories = [_Trajectory(spec, i) for i, spec in enumerate(trajectories)]
-        colocated = pool.mode is Mode.COLOCATED
-        n_prefill = pool.colocated_workers if colocated else pool.prefill_workers
-        n_decode = pool.colocated_workers if colocated else pool.decode_workers
-        self.prefillers = [_Prefiller() for _ in range(n_prefill)]
-        self.decoders = [_Decoder(pool.step_times, pool.kv_capacity_tokens) for _ in range(n_decode)]
+        self.prefillers: list[_Prefiller] = []
+        self.decoders: list[_Decoder] = []
+        self._add_workers(
+            pool.colocated_workers if self.colocated else pool.prefill_workers,
+            pool.colocated_workers if self.colocated else pool.decode_workers,
+        )
+        self.prefill_router = Router(pool.router)
+        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load")
         self.events: list[tuple[float, int, _Kind, int, int]] = []
         self._seq = itertools.count()
-        self.now = 0.0
-        self.waiting_for_kv: deque[int] = deque()
         self.finish_times: list[float] = []
         self.generated = 0
         self.prefilled = 0
         self.handled = 0
+        self.retractions = 0
+        self.transferred_bytes = 0.0
+        self.cache_hit_tokens = 0.0
         self.changes = list(changes)
         self._started = False
         self.parked: list[_Job] = []  # prefill jobs waiting for a prefill worker to join
+        self.orphans: list[tuple[int, float]] = []  # PD: KV that arrived with no decode worker left
         for i, change in enumerate(self.changes):
             self._push(change.at_s, _Kind.POOL_CHANGE, i)
+
+    def _add_workers(self, prefill: int, decode: int) -> None:
+        pool = self.pool
+        for _ in range(prefill):
+            memory = WorkerMemory(pool.kv_capacity_tokens)
+            self.prefillers.append(_Prefiller(memory))
+        for i in range(decode):
+            memory = (
+                self.prefillers[len(self.prefillers) - decode + i].memory
+                if self.colocated
+                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache)
+            )
+            ratio = min(INIT_NEW_TOKEN_RATIO * pool.schedule_conservativeness, 1.0)
+            self.decoders.append(
+                _Decoder(
+                    pool.step_times,
+                    memory,
+                    overhead_s=pool.step_overhead_s,
+                    since=self.now,
+                    ratio0=ratio,
+                    init_ratio=ratio,
+                )
+            )
 
     # -- event plumbing -----------------------------------------------------------------------------------
     def _push(self, at: float, kind: _Kind, who: int, version: int = 0) -> None:
@@ -240,10 +396,10 @@ class RolloutSimulation:
                 if version == self.prefillers[who].version:
                     self._prefill_done(who)
             elif kind is _Kind.TRANSFER_DONE:
-                self._admit_decode(who)
+                self._transfer_done(who)
             elif kind is _Kind.DECODE_DONE:
                 if version == self.decoders[who].version:
-                    self._decode_done(who)
+                    self._decode_event(who)
             elif kind is _Kind.POOL_CHANGE:
                 self._change(self.changes[who])
             else:
@@ -269,6 +425,11 @@ class RolloutSimulation:
             [w for w, d in enumerate(self.decoders) if d.alive],
         )
 
+    def peak_kv_tokens(self) -> list[float]:
+        """Each worker's most KV tokens in use at once (prefill-side pools first, then decode-side ones in PD)."""
+        pools = [p.memory for p in self.prefillers] + ([] if self.colocated else [d.memory for d in self.decoders])
+        return [m.peak_tokens for m in pools]
+
     def result(self) -> BatchResult:
         """What happened so far (the whole batch once :meth:`run_until` returned False)."""
         for d in self.decoders:
@@ -284,93 +445,267 @@ class RolloutSimulation:
             decode_busy_s=sum(d.busy_s for d in self.decoders),
             decoding_trajectory_s=sum(d.occupancy_s for d in self.decoders),
             events=self.handled,
+            retractions=self.retractions,
+            transferred_bytes=self.transferred_bytes,
+            cache_hit_tokens=self.cache_hit_tokens,
+            peak_kv_fraction=max((peak / self.pool.kv_capacity_tokens for peak in self.peak_kv_tokens()), default=0.0),
         )
 
     # -- prefill --------------------------------------------------------------------------------------------
     def _enqueue_prefill(self, index: int) -> None:
         t = self.trajectories[index]
-        self._queue_job((index, t.spec.turns[t.turn].appended_tokens, t.context, False))
+        t.context += t.spec.turns[t.turn].appended_tokens
+        self._queue_job(_Job(index, t.context))
+
+    def _load(self, worker: int) -> int:
+        p = self.prefillers[worker]
+        if self.colocated:
+            d = self.decoders[worker]
+            return len(d.active) + len(p.queue) + (len(p.running) if p.running else 0)
+        return p.in_flight
 
     def _queue_job(self, job: _Job) -> None:
         alive = [w for w, p in enumerate(self.prefillers) if p.alive]
         if not alive:  # every prefill worker left: wait for one to join
             self.parked.append(job)
             return
-        if self.pool.mode is Mode.COLOCATED:  # the router balances running requests; prefill follows
-            worker = min(alive, key=lambda w: (len(self.decoders[w].active) + len(self.prefillers[w].queue), w))
-        else:
-            worker = min(alive, key=lambda w: (self.prefillers[w].load_tokens, w))
+        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive])
         p = self.prefillers[worker]
         p.queue.append(job)
-        p.load_tokens += job[1]
+        p.in_flight += 1
         self._start_prefill(worker)
 
+    def _max_new(self, prompt_tokens: int) -> int:
+        """The request's ``max_new_tokens``: what the maximum length leaves (as RL frameworks set it)."""
+        return max(1, self.pool.max_context_tokens - prompt_tokens)
+
+    def _running_reserve(self, d: _Decoder) -> float:
+        """PrefillAdder's reserve for the running batch: Σ min(max_new − out, clip) × new_token_ratio."""
+        if not d.active or math.isinf(d.memory.capacity_tokens):
+            return 0.0
+        # A sequence that will still have ≥ clip tokens of max_new left at the end of its turn always counts the
+        # clip: only the others are summed one by one (in rollouts nearly every sequence is of the first kind).
+        exact = sum(
+            min(d.charge[i].max_new - max(0.0, d.clock - d.charge[i].start), CLIP_MAX_NEW_TOKENS) for i in d.unclipped
+        )
+        return d.new_token_ratio() * (CLIP_MAX_NEW_TOKENS * (len(d.active) - len(d.unclipped)) + exact)
+
     def _start_prefill(self, worker: int) -> None:
+        """Form the next prefill batch as SGLang's PrefillAdder does: FCFS, admission by memory, chunked."""
         p = self.prefillers[worker]
-        if p.running is not None or not p.queue:
+        if p.running is not None or not p.queue or not p.alive:
             return
-        batch: list[_Job] = []
-        tokens = cached = 0
-        while p.queue and (not batch or tokens + p.queue[0][1] <= self.pool.chunk_tokens):
-            job = p.queue.popleft()
-            batch.append(job)
-            tokens += job[1]
-            cached += job[2]
-        p.running = batch
-        if self.pool.mode is Mode.COLOCATED:  # prefill first: the worker's decode batch waits
-            d = self.decoders[worker]
+        d = self.decoders[worker] if self.colocated else None
+        if d is not None:
             d.advance(self.now)
+        decode_kv = d.kv() if d is not None else 0.0
+        mem = p.memory
+        mem.settle(decode_kv)
+        budget = self.pool.chunk_tokens
+        headroom = mem.available(decode_kv) - (self._running_reserve(d) if d is not None else 0.0)
+        batch: list[tuple[_Job, int]] = []
+        while p.queue and budget > 0:
+            job = p.queue[0]
+            if not job.admitted:
+                match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
+                extend = job.prompt_tokens - match
+                reserve = float(min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0)
+                reserve += min(mem.lru.get(job.index, 0.0), match)  # locking the prefix takes it out of evictable
+                if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN (re-checked after the lock), the queue waits
+                    if not batch and not self._holds_work(worker):
+                        raise ValueError(
+                            f"trajectory {job.index} needs {extend + reserve:.0f} KV tokens, more than a"
+                            f" {'colocated' if d is not None else 'prefill'} worker holds ({mem.capacity_tokens:.0f})"
+                        )
+                    break
+                job.cached = mem.lock(job.index, match)
+                self.cache_hit_tokens += job.cached
+                job.admitted = True
+                headroom -= extend + reserve
+            chunk = min(job.left, budget)
+            if job.done:  # a later chunk of an admitted prompt: it must fit, and new admissions come after it
+                if chunk > mem.available(decode_kv):
+                    break
+                headroom -= chunk
+            batch.append((job, chunk))
+            budget -= chunk
+            mem.private_tokens += chunk
+            if chunk < job.left:
+                break  # the chunked request: it leads the next batch
+            p.queue.popleft()
+        if not batch:
+            return
+        mem.settle(decode_kv)
+        p.running = batch
+        tokens = sum(chunk for _, chunk in batch)
+        cached = sum(job.cached + job.done for job, _ in batch) / len(batch)
+        duration = self.pool.step_times.prefill_s(tokens, len(batch), cached) + self.pool.step_overhead_s
+        p.mixed_decode = False
+        if d is not None:  # the worker's decode batch waits (prefill first) or rides along (mixed chunk)
             d.paused = True
             d.version += 1
-        duration = self.pool.step_times.prefill_s(tokens, len(batch), cached / len(batch))
+            if self.pool.enable_mixed_chunk and d.active and not d.held:
+                p.mixed_decode = True
+                n = len(d.active)
+                duration = (
+                    self.pool.step_times.mixed_s(tokens, len(batch), cached, n, d.context_total / n)
+                    + self.pool.step_overhead_s
+                )
+        if d is not None and self.pool.attention_dp > 1:  # the engine's other ranks wait for this step
+            k = self.pool.attention_dp
+            for rank in range(worker - worker % k, min(worker - worker % k + k, len(self.decoders))):
+                other = self.decoders[rank]
+                if rank != worker and other.alive:
+                    other.advance(self.now)
+                    other.held += 1
+                    other.paused = True
+                    other.version += 1
+                    p.holding.append(rank)
         self._push(self.now + duration, _Kind.PREFILL_DONE, worker, p.version)
+
+    def _release_holds(self, worker: int) -> None:
+        """Attention-DP: the prefill step on ``worker`` ended; the engine's other ranks decode again."""
+        p = self.prefillers[worker]
+        holding, p.holding = p.holding, []
+        for rank in holding:
+            other = self.decoders[rank]
+            if not other.alive:
+                continue
+            other.advance(self.now)
+            other.held -= 1
+            if other.held == 0 and self.prefillers[rank].running is None:
+                other.paused = False
+                self._reschedule(rank)
+
+    def _holds_work(self, worker: int) -> bool:
+        """Whether the worker holds anything that will free memory by itself."""
+        p = self.prefillers[worker]
+        if self.colocated:
+            return bool(self.decoders[worker].active) or p.running is not None
+        return p.memory.locked_tokens + p.memory.private_tokens > 0 or p.running is not None
 
     def _prefill_done(self, worker: int) -> None:
         p = self.prefillers[worker]
         batch, p.running = p.running or [], None
-        for index, new, _, resubmitted in batch:
-            self.prefilled += new
-            p.load_tokens -= new
-            t = self.trajectories[index]
-            if not resubmitted:  # a resubmitted prefix is already in the context
-                t.context += new
-            if self.pool.mode is Mode.COLOCATED:
-                self._place(index, worker)
+        d = self.decoders[worker] if self.colocated else None
+        if d is not None:
+            d.advance(self.now)
+            if p.mixed_decode and d.active:
+                d.clock += 1.0  # the decode batch ran one iteration inside the mixed step
+            d.paused = d.held > 0
+            self._release_holds(worker)
+        for job, chunk in batch:
+            job.done += chunk
+            self.prefilled += chunk
+            if job.left:
+                continue  # a chunk of a longer prompt: the rest leads the next batch
+            if not self.colocated:
+                p.in_flight -= 1
+            extend = job.prompt_tokens - job.cached
+            p.memory.private_tokens -= extend
+            if d is not None:
+                self._place(job.index, worker, extend)
             else:
-                size = new * self.pool.kv_bytes_per_token
-                start = max(self.now, p.link_free_at)
-                p.link_free_at = start + (size / self.pool.link_bytes_per_s if size else 0.0)
-                self._push(p.link_free_at, _Kind.TRANSFER_DONE, index)
-        if self.pool.mode is Mode.COLOCATED:
-            d = self.decoders[worker]
-            d.since = self.now
-            d.paused = False
-            self._reschedule(worker)
+                self._send(job, worker, extend)
+        if d is not None:
+            if p.mixed_decode:
+                self._decode_event(worker)
+            else:
+                self._reschedule(worker)
         self._start_prefill(worker)
 
-    # -- decode ---------------------------------------------------------------------------------------------
-    def _admit_decode(self, index: int) -> None:
-        worker = self._room(index)
-        if worker is None:
-            self.waiting_for_kv.append(index)
-        else:
-            self._place(index, worker)
+    # -- PD transfer ----------------------------------------------------------------------------------------
+    def _decode_load(self, w: int) -> int:
+        d = self.decoders[w]
+        return len(d.active) + len(d.waiting) + len(d.retracted) + d.incoming
 
-    def _room(self, index: int) -> int | None:
-        """The least loaded decode worker with KV room for the trajectory's turn, or None."""
+    def _send(self, job: _Job, worker: int, extend: float) -> None:
+        """Route the prefilled prompt to a decode worker and send the KV it does not hold over the link."""
+        p = self.prefillers[worker]
+        t = self.trajectories[job.index]
+        p.memory.private_tokens += extend  # held (with the locked prefix) until the KV is sent
+        t.prefill_worker, t.prefill_private = worker, extend
+        alive = [w for w, d in enumerate(self.decoders) if d.alive]
+        target = (
+            self.decode_router.route(job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in alive])
+            if alive
+            else -1
+        )
+        cached = 0.0
+        if target >= 0:
+            dec = self.decoders[target]
+            dec.incoming += 1
+            if self.pool.decode_radix_cache:  # --disaggregation-decode-enable-radix-cache: matched, locked
+                dec.advance(self.now)
+                held = math.floor(dec.memory.cached(job.index) + 1e-9)
+                cached = dec.memory.lock(job.index, min(held, job.prompt_tokens - 1))
+                if cached:  # less is evictable now: the pool runs out sooner
+                    self._reschedule(target)
+        t.decode_worker, t.decode_cached = target, cached
+        size = (job.prompt_tokens - cached) * self.pool.kv_bytes_per_token
+        self.transferred_bytes += size
+        start = max(self.now, p.link_free_at)
+        p.link_free_at = start + (size / self.pool.link_bytes_per_s if size else 0.0)
+        self._push(p.link_free_at, _Kind.TRANSFER_DONE, job.index)
+
+    def _transfer_done(self, index: int) -> None:
         t = self.trajectories[index]
-        need = t.context + self._to_generate(t)
-        room = [w for w, d in enumerate(self.decoders) if d.alive and d.kv_used + need <= d.kv_capacity]
-        alive = [d for d in self.decoders if d.alive]
-        if not room and alive and all(not d.active for d in alive):
-            raise ValueError(f"trajectory {index} needs {need} KV tokens, more than a decode worker holds")
-        return min(room, key=lambda w: (len(self.decoders[w].active), w)) if room else None
+        p = self.prefillers[t.prefill_worker]
+        if p.alive:  # the prefill side caches the prompt (cache_finished_req) once the KV is sent
+            p.memory.private_tokens -= t.prefill_private
+            p.memory.release(index, t.context, t.prefill_private)
+            self._start_prefill(t.prefill_worker)
+        private = t.context - t.decode_cached
+        target = t.decode_worker
+        if target < 0 or not self.decoders[target].alive:
+            if target >= 0 and t.decode_cached:
+                private = t.context
+            alive = [w for w, d in enumerate(self.decoders) if d.alive]
+            if not alive:
+                self.orphans.append((index, float(t.context)))
+                return
+            target = min(alive, key=lambda w: (self._decode_load(w), w))
+            self.decoders[target].incoming += 1
+            t.decode_worker = target
+        d = self.decoders[target]
+        d.incoming -= 1
+        d.waiting.append((index, private))
+        self._admit(target)
+
+    # -- decode ---------------------------------------------------------------------------------------------
+    def _admit(self, worker: int) -> None:
+        """PD decode side: resume retracted requests, then admit arrived ones while the pool has room."""
+        d = self.decoders[worker]
+        if not d.alive or not (d.retracted or d.waiting):
+            return
+        d.advance(self.now)
+        placed = False
+        while d.retracted or d.waiting:
+            resumed = bool(d.retracted)
+            if resumed:  # its whole sequence comes back from host memory
+                index, private = d.retracted[0], float(self.trajectories[d.retracted[0]].context)
+            else:
+                index, private = d.waiting[0]
+            need = private + NUM_RESERVED_DECODE_TOKENS
+            room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * len(d.active)
+            if need > room:
+                if not d.active and d.memory.private_tokens <= 0:
+                    raise ValueError(
+                        f"trajectory {index} needs {need:.0f} KV tokens, more than a decode worker holds"
+                        f" ({d.memory.capacity_tokens:.0f})"
+                    )
+                break
+            (d.retracted if resumed else d.waiting).popleft()
+            self._place(index, worker, private, reschedule=False)
+            placed = True
+        if placed:
+            self._reschedule(worker)
 
     @staticmethod
     def _to_generate(t: _Trajectory) -> int:
         return t.remaining if t.remaining is not None else t.spec.turns[t.turn].generated_tokens
 
-    def _place(self, index: int, worker: int) -> None:
+    def _place(self, index: int, worker: int, private: float, *, reschedule: bool = True) -> None:
         t = self.trajectories[index]
         d = self.decoders[worker]
         d.advance(self.now)
@@ -378,36 +713,53 @@ class RolloutSimulation:
         finish = d.clock + tokens
         d.active[index] = finish
         heapq.heappush(d.finishing, (finish, index))
-        charge = (tokens, float(t.context + tokens), t.context + tokens / 2)
-        d.charge[index] = charge
-        d.kv_used += charge[1]
-        d.context_total += charge[2]
-        self._reschedule(worker)
+        c = _Charge(tokens, d.clock, private, t.context + tokens / 2, self._max_new(t.context))
+        d.charge[index] = c
+        if c.max_new - c.tokens < CLIP_MAX_NEW_TOKENS:
+            d.unclipped.add(index)
+        d.kv_base += private - d.clock
+        d.context_total += c.share
+        if reschedule:
+            self._reschedule(worker)
 
     def _reschedule(self, worker: int) -> None:
+        """The decode batch's next event: a sequence finishing, or the pool running out (a retraction)."""
         d = self.decoders[worker]
         d.rerate()
         d.version += 1
-        if d.active and not d.paused:
-            finish = d.finishing[0][0]
-            self._push(self.now + max(finish - d.clock, 0.0) * d.tau, _Kind.DECODE_DONE, worker, d.version)
+        finish = d.next_finish()
+        if finish is None or d.paused:
+            return
+        n = len(d.active)
+        target = finish
+        if math.isfinite(d.memory.capacity_tokens):  # pinned + n·clock reaches capacity − n at clock*
+            base = d.memory.locked_tokens + d.memory.private_tokens + d.kv_base
+            target = min(target, max(d.clock, (d.memory.capacity_tokens - base) / n))
+        self._push(self.now + max(target - d.clock, 0.0) * d.tau, _Kind.DECODE_DONE, worker, d.version)
 
-    def _decode_done(self, worker: int) -> None:
+    def _decode_event(self, worker: int) -> None:
         d = self.decoders[worker]
         d.advance(self.now)
-        while d.finishing and d.finishing[0][0] <= d.clock + 1e-9:
+        while (finish := d.next_finish()) is not None and finish <= d.clock + 1e-9:
             _, index = heapq.heappop(d.finishing)
-            tokens, kv, share = d.charge.pop(index)
-            del d.active[index]
-            d.kv_used -= kv
-            d.context_total -= share
-            self._end_turn(index, tokens)
-        if not d.active:
-            d.context_total = d.kv_used = 0.0  # clear rounding residue
+            self._end_turn(worker, index)
+        if d.active and d.memory.available(d.kv()) < len(d.active) - 1e-6:  # check_decode_mem fails
+            self._retract(worker)
         self._reschedule(worker)
-        self._admit_waiting()
+        if self.colocated:
+            self._start_prefill(worker)
+        else:
+            self._admit(worker)
 
-    def _end_turn(self, index: int, tokens: int) -> None:
+    def _end_turn(self, worker: int, index: int) -> None:
+        d = self.decoders[worker]
+        c = d.drop(index)
+        t = self.trajectories[index]
+        self._finish_turn(index, c.tokens)
+        # cache_finished_req: the whole sequence goes into the radix cache (PD decode: only with the flag)
+        d.memory.release(index, t.context, c.private + c.tokens)
+
+    def _finish_turn(self, index: int, tokens: int) -> None:
         t = self.trajectories[index]
         turn = t.spec.turns[t.turn]
         t.context += tokens
@@ -419,24 +771,52 @@ class RolloutSimulation:
         else:
             self._push(self.now + turn.env_after_s, _Kind.ENV_DONE, index)
 
-    def _admit_waiting(self) -> None:
-        while self.waiting_for_kv:  # freed memory: admit who waited, first come first served
-            target = self._room(self.waiting_for_kv[0])
-            if target is None:
+    def _retract(self, worker: int) -> None:
+        """ScheduleBatch.retract_decode: free the fewest-output (then longest-input) requests until the rest
+        can run ``RETRACT_DECODE_STEPS`` more steps; colocated ones are re-prefilled later (their matched prefix
+        stays cached), PD decode ones are offloaded to host memory and resumed first (disaggregation/decode.py).
+        """
+        d = self.decoders[worker]
+        order = sorted(d.active, key=lambda i: (d.out(i), -self.trajectories[i].context, i), reverse=True)
+        first = True
+        while order and (first or d.memory.available(d.kv()) < RETRACT_DECODE_STEPS * len(order)):
+            if len(order) == 1:  # SGLang keeps the last request; it must fit alone
+                if d.memory.available(d.kv()) < 1 - 1e-6:
+                    raise ValueError(
+                        f"trajectory {order[0]} needs more KV tokens than a worker holds"
+                        f" ({d.memory.capacity_tokens:.0f})"
+                    )
                 break
-            self._place(self.waiting_for_kv.popleft(), target)
+            first = False
+            index = order.pop()
+            out = d.out(index)
+            c = d.drop(index)
+            t = self.trajectories[index]
+            t.context += out
+            self.generated += out
+            t.remaining = c.tokens - out
+            self.retractions += 1
+            locked = d.memory.locked.get(index, 0.0)
+            d.memory.release(index, locked, 0.0)  # the matched prefix stays in the tree; the rest is freed
+            if self.colocated:
+                p = self.prefillers[worker]
+                p.queue.append(_Job(index, t.context))
+            else:
+                d.retracted.append(index)
+        if d.active:
+            total_out = sum(d.out(i) for i in d.active)
+            total_max = sum(c.max_new for c in d.charge.values())
+            d.ratio0 = min(1.0, (total_out + RETRACT_DECODE_STEPS * len(d.active)) / total_max)
+            d.ratio_clock = d.clock
 
     # -- workers joining and leaving ------------------------------------------------------------------------
     def _change(self, change: PoolChange) -> None:
-        colocated = self.pool.mode is Mode.COLOCATED
+        colocated = self.colocated
         if colocated and (change.add_prefill or change.add_decode or change.remove_prefill or change.remove_decode):
             raise ValueError("a colocated pool changes by colocated workers only")
         if not colocated and (change.add_colocated or change.remove_colocated):
             raise ValueError("a disaggregated pool changes by prefill and decode workers only")
-        for _ in range(change.add_prefill + change.add_colocated):
-            self.prefillers.append(_Prefiller())
-        for _ in range(change.add_decode + change.add_colocated):
-            self.decoders.append(_Decoder(self.pool.step_times, self.pool.kv_capacity_tokens, since=self.now))
+        self._add_workers(change.add_prefill + change.add_colocated, change.add_decode + change.add_colocated)
         jobs: list[_Job] = []
         for w in (*change.remove_decode, *change.remove_colocated):
             jobs.extend(self._remove_decoder(w))
@@ -449,7 +829,17 @@ class RolloutSimulation:
         for w, p in enumerate(self.prefillers):
             if p.alive:
                 self._start_prefill(w)
-        self._admit_waiting()
+        orphans, self.orphans = self.orphans, []
+        alive = [w for w, d in enumerate(self.decoders) if d.alive]
+        for index, private in orphans:
+            if not alive:
+                self.orphans.append((index, private))
+                continue
+            target = min(alive, key=lambda w: (self._decode_load(w), w))
+            self.decoders[target].waiting.append((index, private))
+        if not colocated:
+            for w in alive:
+                self._admit(w)
 
     def _remove_decoder(self, worker: int) -> list[_Job]:
         """Stop a decode worker; its sequences keep their partial turn and resubmit their prefix."""
@@ -458,26 +848,29 @@ class RolloutSimulation:
             raise ValueError(f"decode worker {worker} has already left")
         d.advance(self.now)
         interrupted = []
-        for index, finish in d.active.items():
-            tokens = d.charge[index][0]
-            done = max(0, min(tokens, int(tokens - (finish - d.clock) + 1e-9)))
-            interrupted.append((index, tokens, done))
-        d.active.clear()
+        for index in list(d.active):
+            out = d.out(index)
+            c = d.drop(index)
+            interrupted.append((index, c.tokens, out))
         d.finishing.clear()
-        d.charge.clear()
-        d.kv_used = d.context_total = 0.0
+        d.kv_base = d.context_total = 0.0
         d.alive = False
         d.version += 1
         jobs: list[_Job] = []
         for index, tokens, done in interrupted:
             t = self.trajectories[index]
             if done == tokens:
-                self._end_turn(index, tokens)
+                self._finish_turn(index, tokens)
                 continue
             t.context += done  # the partial turn is kept ...
             self.generated += done
             t.remaining = tokens - done
-            jobs.append((index, t.context, 0, True))  # ... and its whole prefix is prefilled again elsewhere
+            jobs.append(_Job(index, t.context))  # ... and its whole prefix is prefilled again elsewhere
+        waiting = [i for i, _ in d.waiting] + list(d.retracted)
+        d.waiting.clear()
+        d.retracted.clear()
+        for index in waiting:  # KV that was here (or offloaded from here) is lost: prefill it again
+            jobs.append(_Job(index, self.trajectories[index].context))
         return jobs
 
     def _remove_prefiller(self, worker: int) -> list[_Job]:
@@ -485,13 +878,21 @@ class RolloutSimulation:
         p = self.prefillers[worker]
         if not p.alive:
             raise ValueError(f"prefill worker {worker} has already left")
-        jobs = [*(p.running or []), *p.queue]
+        self._release_holds(worker)
+        jobs = [job for job, _ in p.running or []] + list(p.queue)
+        seen: set[int] = set()
+        fresh: list[_Job] = []
+        for job in jobs:
+            if id(job) in seen:
+                continue
+            seen.add(id(job))
+            fresh.append(_Job(job.index, job.prompt_tokens))  # its KV here is lost with the worker
         p.queue.clear()
         p.running = None
-        p.load_tokens = 0
+        p.in_flight = 0
         p.alive = False
         p.version += 1
-        return jobs
+        return fresh
 
 
 def simulate_batch(

@@ -23,6 +23,7 @@ from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.kernels import shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
+from pearl_sched.sim.memory import default_chunked_prefill_size, default_mem_fraction_static, kv_pool_tokens
 from pearl_sched.sim.rollout import Pool, TrajectorySpec
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.sources import step_times_for, trajectories_for
@@ -33,6 +34,12 @@ from pearl_sched.state import Mode, Workload
 
 TRAINING_FLOPS_PER_PARAM_TOKEN = 8.0
 """Forward + backward (6) and the old-policy log-prob pass (2), per parameter per token."""
+
+STEP_OVERHEAD_S = 0.00196
+"""Per-step framework overhead: the median of measured decode ITL minus the kernel-composed step time over the 41
+points of ``../shared/data/dynamo-h200-llama31-8b`` (Llama-3.1-8B, H200 TP1; ``tests/test_sim_memory.py``
+recomputes it). The measured server is vLLM with FP8 weights and the kernels are SGLang's BF16 tables, so this is
+the nearest measured figure at hand, not an SGLang measurement (docs/simulator.md)."""
 
 
 def read_system(path: Path) -> dict[str, float]:
@@ -62,6 +69,11 @@ class Setting:
     link_bytes_per_s: float
     gpu_peak_flops: float
     turns: AgenticTurns | CodingAgentTurns
+    gpu_memory_bytes: float = 0.0
+    router: str = "cache_aware"
+    decode_radix_cache: bool = False
+    enable_mixed_chunk: bool = False
+    step_overhead_s: float = STEP_OVERHEAD_S
 
     @classmethod
     def load(cls, scenario: Scenario, data: Path) -> Setting:
@@ -80,6 +92,34 @@ class Setting:
             link_bytes_per_s=system["inter_node_bw"],
             gpu_peak_flops=system["bfloat16_tc_flops"],
             turns=trajectories_for(scenario, data),
+            gpu_memory_bytes=system["mem_capacity"],
+        )
+
+    # -- SGLang's memory settings (sim/memory.py) -----------------------------------------------------------
+    @property
+    def chunked_prefill_size(self) -> int:
+        """SGLang's default ``--chunked-prefill-size`` for the GPU."""
+        return default_chunked_prefill_size(self.gpu_memory_bytes)
+
+    @property
+    def mem_fraction_static(self) -> float:
+        """SGLang's default ``--mem-fraction-static`` for the GPU and TP."""
+        return default_mem_fraction_static(self.gpu_memory_bytes, self.scenario.tp)
+
+    @property
+    def weights_bytes(self) -> float:
+        """BF16 weights of the whole model (every TP rank holds 1/TP of them)."""
+        return float(self.config.parameter_count() * 2)
+
+    @functools.cached_property
+    def kv_pool_tokens(self) -> int:
+        """Each worker's KV pool in tokens, as SGLang sizes it (``profile_max_num_token``)."""
+        return kv_pool_tokens(
+            gpu_memory_bytes=self.gpu_memory_bytes,
+            tp=self.scenario.tp,
+            weights_bytes=self.weights_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            mem_fraction_static=self.mem_fraction_static,
         )
 
     # -- batches --------------------------------------------------------------------------------------------
@@ -182,9 +222,15 @@ class Setting:
             prefill_workers=prefill,
             decode_workers=decode,
             colocated_workers=colocated,
-            kv_capacity_tokens=self.kv_capacity_bytes / self.kv_bytes_per_token,
+            kv_capacity_tokens=self.kv_pool_tokens,
             kv_bytes_per_token=self.kv_bytes_per_token,
             link_bytes_per_s=self.link_bytes_per_s,
+            chunk_tokens=self.chunked_prefill_size,
+            router=self.router,
+            decode_radix_cache=self.decode_radix_cache,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            step_overhead_s=self.step_overhead_s,
+            max_context_tokens=self.scenario.max_length_tokens,
         )
 
     def training_s(self, tokens: int) -> float:
