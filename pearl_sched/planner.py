@@ -43,7 +43,7 @@ from pearl_sched.policies import (
 from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
 from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
-from pearl_sched.transition import FLIP_ROLES, assign_slots, assignment_tuple, build_actions
+from pearl_sched.transition import FLIP_ROLES, apply_actions, assign_slots, assignment_tuple, build_actions
 
 logger = logging.getLogger(__name__)
 
@@ -192,8 +192,27 @@ def plan(
         raise ValueError(f"time_limit_s must be a positive finite number, got {time_limit_s!r}")
     resolved = backend if backend == _ENUMERATION else get_backend(backend).name  # fails early with the extra
     digest = input_digest(state, model, costs, policy, pstate, resolved)
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
+    label = backend if backend != "auto" else f"auto:{resolved}"
 
+    def once(at: ClusterState) -> Plan:
+        return _plan_once(at, model, costs, policy, pstate, resolved, time_limit_s, label, digest)
+
+    return _settle(state, model, once(state), once, costs, policy, label, digest, pstate)
+
+
+def _plan_once(
+    state: ClusterState,
+    model: MakespanModel,
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    pstate: PolicyState,
+    resolved: str,
+    time_limit_s: float,
+    label: str,
+    digest: str,
+) -> Plan:
+    """Steps 1-5 once, for ``state`` as given."""
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
     classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
@@ -210,7 +229,92 @@ def plan(
         chosen,
         decision,
         solves,
-        backend=backend if backend != "auto" else f"auto:{resolved}",
+        backend=label,
+        digest=digest,
+        pstate=pstate,
+    )
+
+
+_SETTLE_STEPS = 3
+
+
+def _settle(
+    state: ClusterState,
+    model: MakespanModel,
+    first: Plan,
+    once: Callable[[ClusterState], Plan],
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    label: str,
+    digest: str,
+    pstate: PolicyState,
+) -> Plan:
+    """The plan whose result re-plans to no actions: the configuration the control loop settles in.
+
+    The gates and the hysteresis compare configurations whose transition costs depend on the state they start
+    from; once a transition is paid, the state after it can pass a gate the state before did not (an admission
+    pause already paid makes borrowing worth it). So the actions are applied and the result planned again; when
+    that asks for more, the plan goes straight to its target from ``state`` (one transition, not two), and is
+    checked again, at most :data:`_SETTLE_STEPS` times.
+    """
+    current = first
+    for _ in range(_SETTLE_STEPS):
+        if not current.actions:
+            return current
+        after = once(apply_actions(state, current.actions))
+        if not after.actions:
+            return current
+        composed = _compose(state, model, current, after, costs, policy, label, digest, pstate)
+        if composed is None:
+            break
+        current = composed
+    logger.warning("plan did not settle in %d steps; the control loop will finish the transition", _SETTLE_STEPS)
+    return current
+
+
+def _compose(
+    state: ClusterState,
+    model: MakespanModel,
+    first: Plan,
+    then: Plan,
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    label: str,
+    digest: str,
+    pstate: PolicyState,
+) -> Plan | None:
+    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to)."""
+    classified = _classify(state, model, costs, policy)
+    problem = classified.base.with_classes(classified.classes)
+    target = then.roles()
+    counts = tuple(tuple(sum(1 for sid in c.slot_ids if target[sid] is r) for r in ROLES) for c in problem.classes)
+    solution = evaluate(problem, then.mode, counts)  # type: ignore[arg-type]
+    if solution is None:  # cannot happen: a slot eligible after the transition was eligible before it
+        return None
+    kind = first.decision.kind
+    if kind not in (DecisionKind.INITIAL, DecisionKind.FORCED) and then.decision.kind is not DecisionKind.KEPT:
+        kind = then.decision.kind
+    decision = Decision(
+        kind=kind, reason=f"{first.decision.reason}; then, with that transition paid: {then.decision.reason}"
+    )
+    solves = _SolveContext(
+        first.solver.backend,
+        1.0,
+        count=first.solver.solves + then.solver.solves,
+        wall_s=first.solver.wall_time_s + then.solver.wall_time_s,
+        rounds=first.solver.rounds + then.solver.rounds,
+        rounding_error=max(first.solver.rounding_error, then.solver.rounding_error),
+        statuses=(first.solver.status, then.solver.status),
+    )
+    return _assemble(
+        state,
+        model,
+        classified,
+        problem,
+        _Solved(solution, None),
+        decision,
+        solves,
+        backend=label,
         digest=digest,
         pstate=pstate,
     )
@@ -279,7 +383,9 @@ def _gate(
         return problem, best
     wider_best = solves.solve(wider)
     if wider_best is None:
-        return problem, best
+        # Nothing fits yet: keep the category eligible so the next gate widens on top of it (a budget may need
+        # new preemptible *and* borrowed GPUs at once).
+        return (wider, None) if best is None else (problem, best)
     if best is None:
         decision = GateDecision(True, f"{gate.flag}: needed for a feasible configuration")
     else:
