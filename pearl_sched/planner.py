@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
-from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.errors import InfeasiblePlanError, SolverError
 from pearl_sched.makespan import MakespanModel, PoolCapacity
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
@@ -123,9 +123,12 @@ class _SolveContext:
         # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
         candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
         start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
-        outcome = solve_class_problem(
-            problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
-        )
+        try:
+            outcome = solve_class_problem(
+                problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
+            )
+        except SolverError as exc:
+            return self._fallback(problem, exc)
         self.wall_s += outcome.wall_time_s
         self.rounds += outcome.rounds
         self.rounding_error = max(self.rounding_error, outcome.rounding_error)
@@ -144,6 +147,15 @@ class _SolveContext:
             return None
         proven = solution is outcome.solution and outcome.status == "optimal" and math.isfinite(outcome.bound_s)
         return _Solved(solution, outcome.bound_s if proven else None)
+
+    def _fallback(self, problem: ClassProblem, error: SolverError) -> _Solved | None:
+        """After a backend failure: PEARL's full enumeration, or the error when it finds nothing."""
+        logger.warning("%s; using the enumeration", error)
+        self.statuses += ("solver-error-fallback-enumeration",)
+        enumerated = enumerate_configurations(problem)
+        if enumerated is None:
+            raise SolverError(f"{error}, and PEARL's enumeration found no configuration to fall back on") from error
+        return _Solved(enumerated, None)
 
     def feasible(self, problem: ClassProblem) -> bool:
         """Whether some configuration of ``problem`` is feasible."""
@@ -183,6 +195,8 @@ def plan(
         InfeasiblePlanError: When no configuration fits; it carries the minimum GPUs needed and the binding
             constraint.
         SolverUnavailableError: When ``backend`` names a backend whose package is not installed.
+        SolverError: When the backend fails (an exception inside the solver package) and PEARL's enumeration,
+            the fallback, finds no configuration either; a failure with a fallback is only logged.
         ValueError: When ``backend`` is unknown or ``time_limit_s`` is not a positive finite number.
     """
     costs = costs or TransitionCosts()
@@ -685,19 +699,23 @@ def _diagnose(problem: ClassProblem, solves: _SolveContext) -> InfeasiblePlanErr
             min_gpus_needed=hi,
             binding_constraint="budget",
         )
-    for without, name in (
-        (replace(relaxed, kv_required_bytes=0.0), "kv_capacity"),
-        (replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity"),
+    kv = f"{problem.kv_required_bytes / 2**30:.1f} GiB of KV cache"
+    prefill = f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
+    needs_kv, needs_prefill = problem.kv_required_bytes > 0, problem.min_prefill_tokens_per_s > 0
+    for asked, without, name, detail in (  # one relaxation at a time, then both (when each alone is not enough)
+        (needs_kv, replace(relaxed, kv_required_bytes=0.0), "kv_capacity", kv),
+        (needs_prefill, replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity", prefill),
+        (
+            needs_kv and needs_prefill,
+            replace(relaxed, kv_required_bytes=0.0, min_prefill_tokens_per_s=0.0),
+            "kv_and_prefill_capacity",
+            None,
+        ),
     ):
-        if solves.feasible(without):
-            gib = problem.kv_required_bytes / 2**30
-            detail = (
-                f"{gib:.1f} GiB of KV cache"
-                if name == "kv_capacity"
-                else f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
-            )
+        if asked and solves.feasible(without):
+            what = detail or f"both {kv} and {prefill} (either alone can be met)"
             return InfeasiblePlanError(
-                f"no configuration of the eligible workers provides {detail}, even using every GPU",
+                f"no configuration of the eligible workers provides {what}, even using every GPU",
                 min_gpus_needed=None,
                 binding_constraint=name,
             )
