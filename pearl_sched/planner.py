@@ -149,13 +149,11 @@ class _SolveContext:
         return _Solved(solution, outcome.bound_s if proven else None)
 
     def _fallback(self, problem: ClassProblem, error: SolverError) -> _Solved | None:
-        """After a backend failure: PEARL's full enumeration, or the error when it finds nothing."""
+        """After a backend failure: PEARL's full enumeration answers instead (docs/reliability.md)."""
         logger.warning("%s; using the enumeration", error)
         self.statuses += ("solver-error-fallback-enumeration",)
         enumerated = enumerate_configurations(problem)
-        if enumerated is None:
-            raise SolverError(f"{error}, and PEARL's enumeration found no configuration to fall back on") from error
-        return _Solved(enumerated, None)
+        return _Solved(enumerated, None) if enumerated is not None else None
 
     def feasible(self, problem: ClassProblem) -> bool:
         """Whether some configuration of ``problem`` is feasible."""
@@ -186,7 +184,9 @@ def plan(
         policy_state: State the policies carry between decisions.
         backend: ``"auto"`` (the measured default), a name from ``pearl_sched.solvers.available_backends()``,
             or ``"enumeration"`` (PEARL's search, no solver).
-        time_limit_s: Per solve; on expiry the best incumbent, else the enumeration result, is used.
+        time_limit_s: Per solve; on expiry the best incumbent, else the enumeration result, is used. A backend
+            that fails (an exception inside its package, a ``SolverError``) is logged and the enumeration
+            answers instead (status ``solver-error-fallback-enumeration``).
 
     Returns:
         The plan: mode, counts, slot assignment, ordered actions, predicted makespan, decision and solver info.
@@ -195,8 +195,6 @@ def plan(
         InfeasiblePlanError: When no configuration fits; it carries the minimum GPUs needed and the binding
             constraint.
         SolverUnavailableError: When ``backend`` names a backend whose package is not installed.
-        SolverError: When the backend fails (an exception inside the solver package) and PEARL's enumeration,
-            the fallback, finds no configuration either; a failure with a fallback is only logged.
         ValueError: When ``backend`` is unknown or ``time_limit_s`` is not a positive finite number.
     """
     costs = costs or TransitionCosts()
@@ -713,7 +711,7 @@ def _diagnose(problem: ClassProblem, solves: _SolveContext) -> InfeasiblePlanErr
         ),
     ):
         if asked and solves.feasible(without):
-            what = detail or f"both {kv} and {prefill} (either alone can be met)"
+            what = detail or f"both {kv} and {prefill} (lifting either one alone is not enough)"
             return InfeasiblePlanError(
                 f"no configuration of the eligible workers provides {what}, even using every GPU",
                 min_gpus_needed=None,

@@ -20,8 +20,8 @@ from typing import ClassVar
 from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import EXACT_ROUNDING, Capabilities, LinearModel, SolveResult, SolveStatus
 
-_INT_LIMIT = float(2**53)  # exact integers in a double, far inside int64
-_STEPS = 1e9  # integer steps over a continuous column's range
+_INT_LIMIT = float(2**30)  # CP-SAT returned wrong optima with coefficients near 2^40 (measured)
+_STEPS = 1e6  # integer steps over a continuous column's range
 
 
 class CpSatBackend:
@@ -68,16 +68,17 @@ class CpSatBackend:
             scale = _scale_for(scaled, reach, max(sides, default=0.0))
             ints = {j: round(a * scale) for j, a in scaled.items()}
             worst = max(worst, _relative_rounding(scaled, ints, scale))
-            # Widen the sides by what rounding can move the row (a continuous column also by one step), so
-            # every point feasible here stays feasible there; the caller re-checks the answer exactly.
-            slack = sum(
-                abs(c - scaled[j] * scale) * reach[j] + (0.0 if model.integer[j] else abs(c)) for j, c in ints.items()
-            )
+            # Widen the sides by what rounding can move the row, so every point feasible here stays feasible
+            # there (a continuous column rounds up to its next step: that moves only the side its sign points
+            # to); the caller re-checks the answer exactly.
+            moved = sum(abs(c - scaled[j] * scale) * reach[j] for j, c in ints.items())
+            up = sum(c for j, c in ints.items() if not model.integer[j] and c > 0)
+            down = sum(-c for j, c in ints.items() if not model.integer[j] and c < 0)
             expr = sum(c * columns[j] for j, c in ints.items())
             if math.isfinite(lo):
-                cp.add(expr >= math.floor(lo * scale - slack))
+                cp.add(expr >= math.floor(lo * scale - moved - down))
             if math.isfinite(hi):
-                cp.add(expr <= math.ceil(hi * scale + slack))
+                cp.add(expr <= math.ceil(hi * scale + moved + up))
         objective = {j: c * unit[j] for j, c in enumerate(model.cost) if c != 0.0}
         obj_scale = _scale_for(objective, reach, 0.0)
         obj_ints = {j: round(c * obj_scale) for j, c in objective.items()}
