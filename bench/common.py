@@ -1,47 +1,24 @@
-"""What the simulator benchmarks share: the tau-bench turn shape, H200 facts, and a model-on-H200 setup."""
+"""What the simulator benchmarks share: the e2e scenario's simulated world, and batches of tau-bench's mean shape.
+
+The world (kernel-composed step times, KV capacity, the P→D link, the PEARL fit) is
+:class:`pearl_sched.sim.setting.Setting`, the same one the scenarios run on (docs/simulator.md); the benches
+only choose the batch.
+"""
 
 from __future__ import annotations
 
-import csv
 import statistics
 from pathlib import Path
 
-from pearl_sched import (
-    GPU,
-    Budget,
-    ClusterState,
-    Mode,
-    PearlParams,
-    Role,
-    Status,
-    TransitionCosts,
-    Worker,
-    Workload,
-    Zone,
-)
-from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
-from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
-from pearl_sched.sim import BatchResult, ComposedStepTimes, Pool, sample_trajectories, simulate_batch
+from pearl_sched import Mode, TransitionCosts, Workload
+from pearl_sched.shared_data import default_data
+from pearl_sched.sim import BatchResult, TrajectorySpec, sample_trajectories, simulate_batch
+from pearl_sched.sim.experiment import setting_for
+from pearl_sched.sim.scenario import load_scenario
+from pearl_sched.sim.setting import Setting
+from pearl_sched.sim.workload import read_agentic_turns
 
-H200_BYTES = 151397597184  # aiconfigurator h200_sxm.yaml mem_capacity
-LINK_BYTES_PER_S = 50e9  # aiconfigurator h200_sxm.yaml inter_node_bw, per GPU
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def tau_bench_shape(data: Path) -> dict[str, float]:
-    """Mean first prompt, appended and generated tokens per turn, and 90th-percentile turns of tau-bench."""
-    with (data / "agentic" / "agentic_turns.csv").open(newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["source"].startswith("tau-bench")]
-    turns: dict[str, int] = {}
-    for r in rows:
-        turns[r["trajectory_id"]] = max(turns.get(r["trajectory_id"], 0), int(r["turn_index"]) + 1)
-    return {
-        "prompt": statistics.fmean(float(r["prompt_tokens"]) for r in rows if r["turn_index"] == "0"),
-        "appended": statistics.fmean(float(r["new_input_tokens"]) for r in rows if r["turn_index"] != "0"),
-        "generated": statistics.fmean(float(r["output_tokens"]) for r in rows),
-        "turns": statistics.quantiles(turns.values(), n=10)[-1],
-    }
-
+DATA = default_data()
 
 FREE = TransitionCosts(
     preparation_s=0,
@@ -55,67 +32,61 @@ FREE = TransitionCosts(
 )
 
 
-class Setup:
-    """One model on H200 TP2 workers: its simulator step times and fitted predictor parameters."""
+def bench_setting(data: Path) -> Setting:
+    """Qwen3-8B on H200 TP2 workers with tau-bench's turns: the e2e scenario's world."""
+    return setting_for(load_scenario("e2e").model_copy(update={"trajectories": "tau-bench"}), data)
 
-    def __init__(
-        self, data: Path, model: str, trajectories: int, shape: dict[str, float], fit_max_batch: int | None = None
-    ) -> None:
-        self.config = shipped_config(model)
-        self.composed = ComposedStepModel(self.config, KernelTables(data / "aiconfigurator-sglang" / "h200_sxm"), tp=2)
-        self.steps = ComposedStepTimes(self.composed)
-        self.kv_per_token = self.config.kv_bytes_per_token()
-        self.kv_bytes = kv_capacity_bytes(self.config, 2, H200_BYTES)
+
+def tau_bench_shape(data: Path) -> dict[str, float]:
+    """Mean first prompt, appended and generated tokens per turn, and 90th-percentile turns of tau-bench."""
+    rows = [r for r in read_agentic_turns(data / "agentic" / "agentic_turns.csv") if r.source.startswith("tau-bench")]
+    turns: dict[str, int] = {}
+    for r in rows:
+        turns[r.trajectory_id] = max(turns.get(r.trajectory_id, 0), r.turn_index + 1)
+    return {
+        "prompt": statistics.fmean(float(r.prompt_tokens) for r in rows if r.turn_index == 0),
+        "appended": statistics.fmean(float(r.new_input_tokens) for r in rows if r.turn_index != 0),
+        "generated": statistics.fmean(float(r.output_tokens) for r in rows),
+        "turns": statistics.quantiles(turns.values(), n=10)[-1],
+    }
+
+
+def mean_shape_trajectories(count: int, shape: dict[str, float], seed: int = 0) -> list[TrajectorySpec]:
+    """``count`` trajectories of tau-bench's mean shape, environment times from RollArt's Normal(10 s, 3 s)."""
+    return sample_trajectories(
+        count,
+        turns=round(shape["turns"]),
+        prompt_tokens=round(shape["prompt"]),
+        appended_tokens=round(shape["appended"]),
+        generated_tokens=round(shape["generated"]),
+        env_mean_s=10.0,
+        env_std_s=3.0,
+        seed=seed,
+    )
+
+
+class MeanShapeBatch:
+    """A batch of tau-bench's mean shape on a :class:`Setting`'s workers, with PEARL parameters fitted around it."""
+
+    def __init__(self, setting: Setting, trajectories: int, shape: dict[str, float], fit_max_batch: int | None = None):
+        self.setting = setting
         self.turns = round(shape["turns"])
         self.shape = shape
         self.trajectories = trajectories
         self.mean_context = shape["prompt"] + self.turns * (shape["appended"] + shape["generated"]) / 2
-        self.batch = sample_trajectories(
-            trajectories,
-            turns=self.turns,
-            prompt_tokens=round(shape["prompt"]),
-            appended_tokens=round(shape["appended"]),
-            generated_tokens=round(shape["generated"]),
-            env_mean_s=10.0,
-            env_std_s=3.0,
-        )
-        device = fit_device(
-            gpu_type="h200",
-            tp=2,
-            prefill_s=lambda n, c: self.composed.prefill_s(n, cached_tokens=c),
-            decode_s=self.composed.decode_s,
+        self.batch = mean_shape_trajectories(trajectories, shape)
+        self.params = setting.fit_pearl_params(
             context_tokens=self.mean_context,
             appended_tokens=shape["appended"],
             max_batch=fit_max_batch or max(2, trajectories // 4),
-            kv_capacity=self.kv_bytes,
         )
-        self.params = PearlParams(
-            devices=(device,),
-            switch_overhead_s=0.0,
-            kv_bandwidth_bytes_per_s=LINK_BYTES_PER_S,
-            kv_bandwidth_per_prefill_worker=True,
-            source="fit to the kernel composition",
-        )
-
-    def simulate(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> float:
-        """Simulated makespan of the batch on a pool."""
-        return self.run(mode, prefill, decode, colocated).makespan_s
 
     def run(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> BatchResult:
         """The whole simulation result of the batch on a pool."""
-        pool = Pool(
-            mode,
-            self.steps,
-            prefill_workers=prefill,
-            decode_workers=decode,
-            colocated_workers=colocated,
-            kv_capacity_tokens=self.kv_bytes / self.kv_per_token,
-            kv_bytes_per_token=self.kv_per_token,
-            link_bytes_per_s=LINK_BYTES_PER_S,
-        )
-        return simulate_batch(pool, self.batch)
+        return simulate_batch(self.setting.pool(mode, prefill, decode, colocated), self.batch)
 
     def workload(self, bubble_ratio: float = 0.0) -> Workload:
+        """The batch in the planner's terms (tau-bench's mean shape, not the sampled batch's statistics)."""
         return Workload(
             batch_size=self.trajectories,
             unfinished=self.trajectories,
@@ -126,20 +97,6 @@ class Setup:
             env_time_std_s=3.0,
             bubble_ratio=bubble_ratio,
             mean_context_tokens=self.mean_context,
-            kv_bytes_per_token=self.kv_per_token,
+            kv_bytes_per_token=self.setting.kv_bytes_per_token,
             prompt_tokens=self.shape["prompt"],
         )
-
-    def cluster(self, workers: int) -> ClusterState:
-        gpus = [GPU(id=f"g{i}", node=f"n{i // 8}", type="h200", zone=Zone.DEDICATED) for i in range(2 * workers)]
-        slots = [
-            Worker(id=f"w{i:02d}", gpu_ids=(f"g{2 * i}", f"g{2 * i + 1}"), role=Role.DECODE, status=Status.INACTIVE)
-            for i in range(workers)
-        ]
-        return ClusterState(
-            gpus=tuple(gpus), workers=tuple(slots), workload=self.workload(), budget=Budget(max_gpus=2 * workers)
-        )
-
-
-def label(mode: Mode, prefill: int, decode: int, colocated: int) -> str:
-    return f"{colocated}C" if mode is Mode.COLOCATED else f"{prefill}P{decode}D"

@@ -35,11 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pearl_sched.profiles.fit import crossval_predictions
 from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, composed_mape, shipped_config
 from pearl_sched.profiles.readers import read_dynamo, read_splitwise
+from pearl_sched.shared_data import default_data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=default_data())
     args = parser.parse_args()
     sources = [
         ("dynamo-h200", read_dynamo(args.data / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D"), ("ttft", "itl")),

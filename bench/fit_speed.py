@@ -13,7 +13,6 @@ Usage: python bench/fit_speed.py [--rows 1000000]
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -23,15 +22,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pearl_sched.profiles.telemetry import refit_steps
+from pearl_sched.shared_data import default_data
+from pearl_sched.sim.workload import read_agentic_turns, tau_bench_trajectories
 
 
 def telemetry(rows: int, data: Path, seed: int = 0) -> dict[str, np.ndarray]:
-    with (data / "agentic" / "agentic_turns.csv").open(newline="") as handle:
-        turns = [r for r in csv.DictReader(handle) if r["source"].startswith("tau-bench")]
-    by_trajectory: dict[str, list[dict[str, str]]] = {}
-    for r in turns:
-        by_trajectory.setdefault(r["trajectory_id"], []).append(r)
-    trajectories = list(by_trajectory.values())
+    trajectories = list(tau_bench_trajectories(read_agentic_turns(data / "agentic" / "agentic_turns.csv")).values())
     rng = np.random.default_rng(seed)
     columns: dict[str, list[np.ndarray]] = {
         k: []
@@ -43,12 +39,10 @@ def telemetry(rows: int, data: Path, seed: int = 0) -> dict[str, np.ndarray]:
         n = len(sample)
         columns["step"].append(np.full(n, trajectory_id // 1024))
         columns["trajectory"].append(np.full(n, trajectory_id))
-        columns["turn"].append(np.array([int(r["turn_index"]) for r in sample]))
-        columns["appended_tokens"].append(np.array([float(r["new_input_tokens"]) for r in sample]))
-        columns["generated_tokens"].append(np.array([float(r["output_tokens"]) for r in sample]))
-        columns["retained_tokens"].append(
-            np.array([float(r["prompt_tokens"]) + float(r["output_tokens"]) for r in sample])
-        )
+        columns["turn"].append(np.array([r.turn_index for r in sample]))
+        columns["appended_tokens"].append(np.array([float(r.new_input_tokens) for r in sample]))
+        columns["generated_tokens"].append(np.array([float(r.output_tokens) for r in sample]))
+        columns["retained_tokens"].append(np.array([float(r.prompt_tokens) + float(r.output_tokens) for r in sample]))
         columns["env_time_s"].append(np.maximum(rng.normal(10.0, 3.0, n), 0.0))
         total += n
         trajectory_id += 1
@@ -58,7 +52,7 @@ def telemetry(rows: int, data: Path, seed: int = 0) -> dict[str, np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=default_data())
     args = parser.parse_args()
     table = telemetry(args.rows, args.data)
     start = time.perf_counter()

@@ -22,11 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pearl_sched import GPU, Budget, ClusterState, Role, Status, Worker, Zone, plan
+from pearl_sched import GPU, Budget, ClusterState, PearlMakespanModel, Role, Status, Worker, Zone, plan
+from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.solvers import available_backends
-from tests.builders import MODEL, workload
 
 SLOW_BACKEND_BUDGET_S = 20.0
+MODEL = PearlMakespanModel(PARAMS)
 
 
 def cluster(gpus: int, types: int) -> ClusterState:
@@ -61,7 +62,7 @@ def cluster(gpus: int, types: int) -> ClusterState:
     return ClusterState(
         gpus=tuple(gpu_list),
         workers=tuple(workers),
-        workload=workload(batch_size=batch, unfinished=batch * 3 // 4),
+        workload=reference_workload(batch_size=batch, unfinished=batch * 3 // 4),
         budget=Budget(max_gpus=gpus),
     )
 

@@ -29,9 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DATA, Setup, tau_bench_shape
-from pearl_sched import Mode, PearlMakespanModel, PoolCapacity
-from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
+from bench.common import DATA, MeanShapeBatch, bench_setting, tau_bench_shape
+from pearl_sched import Mode, PoolCapacity
 
 WORKERS = 8
 
@@ -42,15 +41,16 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
     shape = tau_bench_shape(args.data)
+    setting = bench_setting(args.data)
     for batch in (int(b) for b in args.batches.split(",")):
-        setup = Setup(args.data, "qwen3-8b", batch, shape, fit_max_batch=max(2, batch // 2))
+        setup = MeanShapeBatch(setting, batch, shape, fit_max_batch=max(2, batch // 2))
         configs = [PoolCapacity(mode=Mode.COLOCATED, colocated=WORKERS)] + [
             PoolCapacity(mode=Mode.DISAGGREGATED, prefill=p, decode=WORKERS - p) for p in range(1, WORKERS)
         ]
         runs = [setup.run(c.mode, int(c.prefill), int(c.decode), int(c.colocated)) for c in configs]
         truth = [r.makespan_s for r in runs]
-        pearl = PearlMakespanModel(setup.params)
-        improved = ImprovedMakespanModel(ImprovedParams(pearl=setup.params))
+        pearl = setting.predictor("pearl", setup.params)
+        improved = setting.predictor("improved", setup.params)
         predictions = {
             "pearl": [pearl.predict(setup.workload(runs[0].bubble_ratio), c).total_s for c in configs],
             "pearl-oracle-theta": [

@@ -41,6 +41,7 @@ from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
+from pearl_sched.state import ratio_label
 
 
 def _fmt(x: float | None) -> str:
@@ -91,10 +92,11 @@ def _sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
     setting = setting_for(scenario, Path(data))
     n = gpus // scenario.tp
     batch = setting.batch(0)
-    measured = {f"{n}C": simulate_batch(setting.pool(Mode.COLOCATED, colocated=n), batch).makespan_s}
+    colocated = ratio_label(Mode.COLOCATED, colocated=n)
+    measured = {colocated: simulate_batch(setting.pool(Mode.COLOCATED, colocated=n), batch).makespan_s}
     for p in range(1, n):
         pool = setting.pool(Mode.DISAGGREGATED, p, n - p)
-        measured[f"{p}P{n - p}D"] = simulate_batch(pool, batch).makespan_s
+        measured[ratio_label(Mode.DISAGGREGATED, p, n - p)] = simulate_batch(pool, batch).makespan_s
     return gpus, measured
 
 
@@ -138,7 +140,8 @@ def crossover(data: Path) -> None:
             gain = 100 * (colocated - split[p]) / colocated
             print(
                 f"crossover workload={workload} batch={batch} colocated_s={colocated:.1f}"
-                f" best_disaggregated={p}P{8 - p}D disaggregated_s={split[p]:.1f} gain_pct={gain:.2f}",
+                f" best_disaggregated={ratio_label(Mode.DISAGGREGATED, p, 8 - p)} disaggregated_s={split[p]:.1f}"
+                f" gain_pct={gain:.2f}",
                 flush=True,
             )
 

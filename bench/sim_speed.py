@@ -23,32 +23,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import H200_BYTES, LINK_BYTES_PER_S, tau_bench_shape
+from bench.common import DATA, bench_setting, mean_shape_trajectories, tau_bench_shape
 from pearl_sched import Mode
-from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
-from pearl_sched.profiles.to_pearl import kv_capacity_bytes
-from pearl_sched.sim import ComposedStepTimes, Pool, sample_trajectories, simulate_batch
+from pearl_sched.sim import simulate_batch
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hours", type=float, default=2.0)
-    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args()
     shape = tau_bench_shape(args.data)
-    config = shipped_config("qwen3-8b")
-    steps = ComposedStepTimes(
-        ComposedStepModel(config, KernelTables(args.data / "aiconfigurator-sglang" / "h200_sxm"), tp=2)
-    )
-    pool = Pool(
-        Mode.DISAGGREGATED,
-        steps,
-        prefill_workers=3,
-        decode_workers=5,
-        kv_capacity_tokens=kv_capacity_bytes(config, 2, H200_BYTES) / config.kv_bytes_per_token(),
-        kv_bytes_per_token=config.kv_bytes_per_token(),
-        link_bytes_per_s=LINK_BYTES_PER_S,
-    )
+    setting = bench_setting(args.data)
+    steps = setting.steps
+    pool = setting.pool(Mode.DISAGGREGATED, prefill=3, decode=5)
     setup = time.perf_counter()
     steps.prefill_s(1024, 1, 0)  # reads the kernel tables (a one-off, reported apart)
     steps.decode_s(64, 4096)
@@ -57,17 +45,7 @@ def main() -> None:
     events = batches = 0
     start = time.perf_counter()
     while simulated < args.hours * 3600:
-        trajectories = sample_trajectories(
-            1024,
-            turns=round(shape["turns"]),
-            prompt_tokens=round(shape["prompt"]),
-            appended_tokens=round(shape["appended"]),
-            generated_tokens=round(shape["generated"]),
-            env_mean_s=10.0,
-            env_std_s=3.0,
-            seed=batches,
-        )
-        result = simulate_batch(pool, trajectories)
+        result = simulate_batch(pool, mean_shape_trajectories(1024, shape, seed=batches))
         simulated += result.makespan_s
         events += result.events
         batches += 1

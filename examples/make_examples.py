@@ -14,7 +14,6 @@ Where each number comes from:
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from pathlib import Path
@@ -22,21 +21,22 @@ from pathlib import Path
 from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
 from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
 from pearl_sched.request import PlanRequest
+from pearl_sched.shared_data import default_data
+from pearl_sched.sim.workload import read_agentic_turns
 
-DATA = Path("../shared/data")
+DATA = default_data()
 OUT = Path("examples")
 
 
 def workload() -> Workload:
-    with (DATA / "agentic/agentic_turns.csv").open(newline="") as handle:
-        rows = [r for r in csv.DictReader(handle) if r["source"].startswith("tau-bench")]
+    rows = [r for r in read_agentic_turns(DATA / "agentic/agentic_turns.csv") if r.source.startswith("tau-bench")]
     turns: dict[str, int] = {}
     for r in rows:
-        turns[r["trajectory_id"]] = max(turns.get(r["trajectory_id"], 0), int(r["turn_index"]) + 1)
-    later = [r for r in rows if int(r["turn_index"]) > 0]
-    appended = statistics.fmean(float(r["new_input_tokens"]) for r in later)
-    generated = statistics.fmean(float(r["output_tokens"]) for r in rows)
-    context = statistics.fmean(float(r["prompt_tokens"]) for r in rows)
+        turns[r.trajectory_id] = max(turns.get(r.trajectory_id, 0), r.turn_index + 1)
+    later = [r for r in rows if r.turn_index > 0]
+    appended = statistics.fmean(float(r.new_input_tokens) for r in later)
+    generated = statistics.fmean(float(r.output_tokens) for r in rows)
+    context = statistics.fmean(float(r.prompt_tokens) for r in rows)
     slowest = statistics.quantiles(turns.values(), n=10)[-1]
     kv = ModelConfig.from_json(DATA / "model-configs/meta-llama--Meta-Llama-3.1-8B_config.json").kv_bytes_per_token()
     return Workload(
@@ -49,9 +49,9 @@ def workload() -> Workload:
         env_time_std_s=3.0,
         bubble_ratio=0.0,
         mean_context_tokens=round(context, 1),
-        max_context_tokens=float(max(int(r["prompt_tokens"]) for r in rows)),
+        max_context_tokens=float(max(r.prompt_tokens for r in rows)),
         kv_bytes_per_token=kv,
-        prompt_tokens=round(statistics.fmean(float(r["prompt_tokens"]) for r in rows if r["turn_index"] == "0"), 1),
+        prompt_tokens=round(statistics.fmean(float(r.prompt_tokens) for r in rows if r.turn_index == 0), 1),
     )
 
 

@@ -9,6 +9,8 @@ Errors in the input are reported in one clear message with exit code 2; an infea
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ValidationError
 
 from pearl_sched.errors import InfeasiblePlanError, MissingExtraError, PearlSchedError
+from pearl_sched.input_files import MAX_DOCUMENT_BYTES, InputFileError, read_text
 
 try:
     import typer
@@ -31,25 +34,45 @@ errors = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
+MAX_TIME_LIMIT_S = 3600.0  # an hour per solve: the planner runs between rollout steps of minutes
+MAX_PROCESSES = 256  # parallel simulations: more than any one machine's cores
 
 
 def _load(path: Path, kind: type[BaseModel], what: str) -> Any:
+    """Read a JSON document of ``kind`` with strict numbers; any problem is one line and exit 2."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        _fail(f"cannot read {what} {path}: {exc.strerror or exc}")
+        text = read_text(path, limit_bytes=MAX_DOCUMENT_BYTES)
+    except InputFileError as exc:
+        _fail(str(exc))
     try:
-        return kind.model_validate_json(text)
+        return kind.model_validate_json(text, strict=True)
     except ValidationError as exc:
-        lines = [f"{path}: invalid {what} ({exc.error_count()} error(s))"]
-        for err in exc.errors()[:10]:
-            where = ".".join(str(p) for p in err["loc"]) or "(document)"
-            lines.append(f"  {where}: {err['msg']}")
-        _fail("\n".join(lines))
+        _fail(f"{path}: invalid {what}: {validation_summary(exc)}")
+
+
+def validation_summary(exc: ValidationError) -> str:
+    """The first error of a pydantic ``ValidationError`` on one line, with the count of the others.
+
+    The field path is printed (keys cut to 40 characters); the offending value is not, so a wrong file passed
+    as a document never has its contents echoed.
+    """
+    first = exc.errors(include_url=False, include_input=False)[0]
+    where = ".".join(_loc_part(p) for p in first["loc"]) or "(document)"
+    message = " ".join(str(first["msg"]).removeprefix("Value error, ").split())
+    more = exc.error_count() - 1
+    return f"{where}: {message}" + (f" (and {more} more error{'s' if more > 1 else ''})" if more else "")
+
+
+def _loc_part(part: object) -> str:
+    text = str(part)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> Any:
-    errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    """Print ``error: message`` as one line on stderr (never wrapped) and exit with ``code``."""
+    line = " ".join(message.split())
+    errors.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -63,19 +86,18 @@ def plan_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
 ) -> None:
     """Plan the PD mode, P:D ratio and minimal transition for a cluster state."""
-    from pearl_sched.makespan import MakespanModel, PearlMakespanModel
-    from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
     from pearl_sched.planner import plan
     from pearl_sched.plans import Plan
+    from pearl_sched.predictors import PREDICTORS, make_predictor
     from pearl_sched.request import PlanRequest
 
-    if predictor not in ("pearl", "improved"):
+    if predictor not in PREDICTORS:
         _fail(f"--predictor is pearl or improved, not {predictor!r}")
+    if not (math.isfinite(time_limit) and 0 < time_limit <= MAX_TIME_LIMIT_S):
+        _fail(f"--time-limit is seconds per solve, above 0 and at most {MAX_TIME_LIMIT_S:.0f}, not {time_limit}")
     req: PlanRequest = _load(request, PlanRequest, "plan request")
     previous: Plan | None = _load(current, Plan, "plan") if current is not None else None
-    model: MakespanModel = PearlMakespanModel(req.model)
-    if predictor == "improved":
-        model = ImprovedMakespanModel(ImprovedParams(pearl=req.model))
+    model = make_predictor(predictor, req.model)
     try:
         result = plan(
             req.state,
@@ -90,6 +112,10 @@ def plan_command(
     except InfeasiblePlanError as exc:
         extra = f" (need ≥ {exc.min_gpus_needed} GPUs)" if exc.min_gpus_needed is not None else ""
         _fail(f"infeasible: {exc}{extra}; binding constraint: {exc.binding_constraint}", EXIT_INFEASIBLE)
+    except OverflowError:
+        _fail(f"{request}: a number in the request is too large for the planner's floating-point arithmetic")
+    except ValidationError as exc:  # a value the planner derived from the inputs is out of range
+        _fail(f"{request}: the request's numbers overflow in the planner ({exc.title}): {validation_summary(exc)}")
     except (PearlSchedError, ValueError) as exc:
         _fail(str(exc))
     if as_json:
@@ -155,19 +181,25 @@ def fit_command(
     """Fit component models (prefill, decode step, TTFT, ITL) from measured profiles and report their error."""
     from rich.progress import Progress
 
-    from pearl_sched.profiles.dataset import ProfileDataset, ProfileFormatError
-    from pearl_sched.profiles.fit import fit_profiles
+    from pearl_sched.profiles.dataset import ProfileDataset
+    from pearl_sched.profiles.fit import ProfileFitError, fit_profiles
     from pearl_sched.profiles.readers import read_any
 
     if kind not in ("auto", "monotone", "table") or split not in ("configuration", "row"):
         _fail("--kind is auto, monotone or table; --split is configuration or row")
+    if not 1 <= tp <= 1024:
+        _fail(f"--tp is a tensor-parallel degree from 1 to 1024, not {tp}")
+    _check_writable_file(output, "-o/--output")
+    if plot is not None:
+        _check_writable_dir(plot, "--plot")
+    sources = ", ".join(map(str, data))
     parts = []
     with Progress(console=errors, transient=True) as progress:
         reading = progress.add_task("reading", total=len(data))
         for path in data:
             try:
                 parts.append(read_any(path, gpu_type=gpu_type, model=model, tp=tp))
-            except ProfileFormatError as exc:
+            except PearlSchedError as exc:  # ProfileFormatError, or a missing extra
                 _fail(str(exc))
             progress.advance(reading)
         dataset = ProfileDataset.concat(parts)
@@ -177,9 +209,16 @@ def fit_command(
         def step(name: str) -> None:
             progress.update(fitting, advance=1, description=f"fitting {name}")
 
-        models = fit_profiles(dataset, kind=kind, split=split, progress=step)  # type: ignore[arg-type]
+        try:
+            models = fit_profiles(dataset, kind=kind, split=split, progress=step)  # type: ignore[arg-type]
+        except ProfileFitError as exc:
+            _fail(f"{sources}: {exc}")
     if not models.components:
-        _fail("no group had the 3 rows a fit needs")
+        dropped = ", ".join(f"{k} ×{v}" for k, v in sorted(dataset.dropped.items()))
+        _fail(
+            f"{sources}: no group had the 3 rows a fit needs"
+            + (f"; rows dropped as unusable: {dropped}" if dropped else "")
+        )
     table = Table(title=f"{len(dataset)} rows fitted into {len(models.components)} model(s)", show_edge=False)
     for column in ("source", "gpu", "model", "target", "kind", "train", "held out", "MAPE %", "anomalous"):
         table.add_column(column, justify="right" if column in ("train", "held out", "MAPE %", "anomalous") else "left")
@@ -199,7 +238,10 @@ def fit_command(
     console.print(table)
     if dataset.dropped:
         console.print("dropped rows: " + ", ".join(f"{k} ×{v}" for k, v in sorted(dataset.dropped.items())))
-    models.save(output)
+    try:
+        models.save(output)
+    except OSError as exc:
+        _fail(f"{output}: cannot write: {exc.strerror or exc}")
     console.print(f"wrote {output}")
     if plot is not None:
         from pearl_sched.profiles.plots import plot_fits
@@ -208,14 +250,38 @@ def fit_command(
             console.print(f"wrote {written}")
 
 
+def _check_writable_file(path: Path, option: str) -> None:
+    """Fail now, before minutes of work, if ``path`` cannot be written as a file."""
+    if path.is_dir():
+        _fail(f"{option} {path}: is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        _fail(f"{option} {path}: exists and is not a regular file")
+    parent = path.parent
+    if not parent.is_dir():
+        _fail(f"{option} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        _fail(f"{option} {path}: not writable")
+
+
+def _check_writable_dir(path: Path, option: str) -> None:
+    """Fail now if ``path`` is not a directory that exists or can be created, and written to."""
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        _fail(f"{option} {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        _fail(f"{option} {path}: {existing} is not writable")
+
+
 DEMO_POLICIES = ("roll", "roll-large", "rlboost+", "pearl", "pearl_sched")
 
 
 def _run_simulation(
     scenario_name: str, policies: list[str] | None, data: Path | None, out: Path, processes: int, plots: bool
 ) -> None:
-    import os
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pearl_sched.sim.baselines import POLICIES
@@ -223,6 +289,9 @@ def _run_simulation(
     from pearl_sched.sim.scenario import ScenarioError, load_scenario
     from pearl_sched.sim.workload import WorkloadDataError
 
+    if not 0 <= processes <= MAX_PROCESSES:
+        _fail(f"--processes is 0 (up to 2) to {MAX_PROCESSES}, not {processes}")
+    _check_writable_dir(out, "--out")
     try:
         base = load_scenario(scenario_name)
     except ScenarioError as exc:
@@ -235,7 +304,14 @@ def _run_simulation(
     if not (data / "aiconfigurator-sglang").is_dir():
         _fail(f"{data} has no aiconfigurator-sglang/: pass --data or set PEARL_SCHED_DATA to the shared data")
     processes = processes or min(2, os.cpu_count() or 1)
-    for scenario in base.expand():
+    scenarios = base.expand()
+    for scenario in scenarios:  # fail before minutes of simulation, not in the middle
+        for segment in scenario.segments:
+            try:
+                scenario.availability(segment, data)
+            except (PearlSchedError, ValueError, OSError) as exc:
+                _fail(f"scenario {scenario.name}, segment {segment.name}: {exc}")
+    for scenario in scenarios:
         jobs = len(chosen) * len(scenario.segments)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=errors, transient=True) as progress:
@@ -248,8 +324,10 @@ def _run_simulation(
                 report = run_scenario(scenario, chosen, data, processes=processes, on_done=done)
             except (ScenarioError, WorkloadDataError) as exc:
                 _fail(str(exc))
+            except ValueError as exc:  # a setting the data cannot serve (an unknown model config, ...)
+                _fail(f"scenario {scenario.name}: {exc}")
         _print_report(report)
-        target = out / scenario.name.replace("/", "-")
+        target = _inside(out, scenario.name.replace("/", "-"))
         report.write(target / "report.json")
         console.print(f"wrote {target / 'report.json'}")
         if plots:
@@ -257,6 +335,14 @@ def _run_simulation(
 
             for path in plot_report(report, target):
                 console.print(f"wrote {path}")
+
+
+def _inside(out: Path, name: str) -> Path:
+    """``out / name``, refusing a name that would lead outside ``out`` (scenario names are checked on load too)."""
+    target = out / name
+    if target.resolve().parent != out.resolve():
+        _fail(f"scenario name {name!r} would write outside --out {out}")
+    return target
 
 
 def _print_report(report: Any) -> None:
@@ -354,8 +440,27 @@ def backends_command() -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: a usage error (unknown option, bad option value) is one line and exit 2 too."""
+    try:  # typer ≥ 0.16 carries its own copy of click; older ones use click itself
+        from typer._click import exceptions as click_errors
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        import click.exceptions as click_errors  # type: ignore[no-redef]
+    try:
+        code = app(prog_name="pearl-sched", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:
+        sys.exit(EXIT_BAD_INPUT)  # the help is already printed
+    except click_errors.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "pearl-sched"
+        errors.print(
+            f"[bold red]error:[/] {escape(' '.join(exc.format_message().split()))} (see {command} --help)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    except typer.Abort:
+        errors.print("aborted", highlight=False)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from pearl_sched.errors import InfeasiblePlanError, MissingExtraError
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.planner import plan
 from pearl_sched.plans import Plan
-from pearl_sched.state import ClusterState, Mode, Role
+from pearl_sched.state import ClusterState, Mode, Role, ratio_label
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +71,8 @@ class Assignment:
 
     @property
     def ratio(self) -> str:
-        counts = {r: sum(1 for v in self.role_map.values() if v is r) for r in (Role.PREFILL, Role.DECODE)}
-        if self.mode is Mode.COLOCATED:
-            return f"{sum(1 for v in self.role_map.values() if v is Role.COLOCATED)}C"
-        return f"{counts[Role.PREFILL]}P{counts[Role.DECODE]}D"
+        roles = list(self.role_map.values())
+        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from pearl_sched.makespan import MakespanBreakdown
-from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone
+from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 
 
 class ActionKind(StrEnum):
@@ -122,9 +122,7 @@ class Plan(Frozen):
     @property
     def ratio(self) -> str:
         """``"3P5D"`` for a disaggregated plan, ``"8C"`` for a colocated one."""
-        if self.mode is Mode.COLOCATED:
-            return f"{self.colocated_workers}C"
-        return f"{self.prefill_workers}P{self.decode_workers}D"
+        return ratio_label(self.mode, self.prefill_workers, self.decode_workers, self.colocated_workers)
 
     def roles(self) -> dict[str, Role | None]:
         """Slot id → target rollout role."""

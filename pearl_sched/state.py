@@ -63,6 +63,11 @@ class Mode(StrEnum):
     DISAGGREGATED = "disaggregated"
 
 
+def ratio_label(mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> str:
+    """A configuration as people write it: ``"3P5D"`` for a disaggregated pool, ``"8C"`` for a colocated one."""
+    return f"{colocated}C" if mode is Mode.COLOCATED else f"{prefill}P{decode}D"
+
+
 class GPU(Frozen):
     """One accelerator.
 

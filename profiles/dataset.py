@@ -14,7 +14,8 @@ Every reader turns its source into rows of the same columns (units normalised to
 - ``itl``          inter-token latency of a request or a window, ``batch_size`` concurrent sequences when known
                    (NaN when not).
 
-Rows with NaN, infinite or negative numbers in a required column are dropped and counted in ``dropped``
+Rows with NaN, infinite, negative or implausibly large numbers (over :data:`PLAUSIBLE_MAX`) in a required
+column are dropped and counted in ``dropped``
 (a reason → count map that reports print), never silently kept; structurally broken input (a missing column,
 text where a number belongs) raises :class:`ProfileFormatError` naming the file, row and column.
 """
@@ -30,7 +31,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from pearl_sched.errors import PearlSchedError
+from pearl_sched.input_files import InputFileError
 
 Target = Literal["prefill", "decode_step", "ttft", "itl"]
 TARGETS: tuple[Target, ...] = ("prefill", "decode_step", "ttft", "itl")
@@ -45,20 +46,22 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
     "itl": ("tp", "context_tokens", "value_s"),
 }
 
+# The largest value of each number a measurement can plausibly hold; a row over it is dropped and counted like a
+# negative one. A step or TTFT of over a day, a sequence of 10^8 tokens (100× today's longest 1M-token contexts),
+# a million concurrent sequences on one worker or TP over 1,024 is a corrupted or mis-scaled row, and fitting on
+# such numbers overflows (a 1e300 column made the fit fail inside scipy).
+PLAUSIBLE_MAX: Mapping[str, float] = {
+    "tp": 1024.0,
+    "tokens": 1e8,
+    "cached_tokens": 1e8,
+    "batch_size": 1e6,
+    "context_tokens": 1e8,
+    "value_s": 86_400.0,
+}
 
-class ProfileFormatError(PearlSchedError, ValueError):
+
+class ProfileFormatError(InputFileError):
     """Input that cannot be read as a profile: the message names the file, row and column."""
-
-    def __init__(self, path: object, message: str, *, row: int | None = None, column: str | None = None) -> None:
-        where = str(path)
-        if row is not None:
-            where += f":{row}"
-        if column is not None:
-            where += f" [{column}]"
-        super().__init__(f"{where}: {message}")
-        self.path = str(path)
-        self.row = row
-        self.column = column
 
 
 @dataclass
@@ -89,7 +92,8 @@ class ProfileDataset:
     ) -> ProfileDataset:
         """Validate records (dicts with the dataset's columns) and keep the good ones.
 
-        A record missing a required number, or with a negative or non-finite one, is dropped and counted
+        A record missing a required number, or with a negative, non-finite or implausibly large one
+        (:data:`PLAUSIBLE_MAX`), is dropped and counted
         under ``"<target>: bad <column>"``.
         """
         kept: dict[str, list[object]] = {c: [] for c in COLUMNS}
@@ -100,7 +104,11 @@ class ProfileDataset:
                 raise ValueError(f"unknown profile target {target!r}; expected one of {TARGETS}")
             values = {c: _number(record.get(c)) for c in NUMERIC}
             bad = next(
-                (c for c in NUMERIC if (c in REQUIRED[target] and math.isnan(values[c])) or _negative(values[c])),
+                (
+                    c
+                    for c in NUMERIC
+                    if (c in REQUIRED[target] and math.isnan(values[c])) or _out_of_range(c, values[c])
+                ),
                 None,
             )
             if bad is not None:
@@ -157,5 +165,5 @@ def _number(value: object) -> float:
         return math.nan
 
 
-def _negative(value: float) -> bool:
-    return math.isinf(value) or value < 0
+def _out_of_range(column: str, value: float) -> bool:
+    return math.isinf(value) or value < 0 or value > PLAUSIBLE_MAX[column]

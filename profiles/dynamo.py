@@ -12,7 +12,6 @@ and evaluate ``b = b₀ + b₁ · ctx`` at the workload's mean context.
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from pearl_sched.makespan import DeviceParams
+from pearl_sched.profiles.dataset import ProfileFormatError
+from pearl_sched.profiles.readers import csv_float, csv_rows
 
 
 @dataclass(frozen=True)
@@ -46,26 +47,33 @@ class DynamoFit:
         )
 
 
+# Largest plausible value of each column (as the dataset's PLAUSIBLE_MAX): a row over it is a corrupted or
+# mis-scaled measurement, and least squares on 1e300 overflows.
+_PLAUSIBLE_MAX = {
+    "isl_tokens": 1e8,
+    "ttft_ms": 86_400_000.0,
+    "kv_usage_frac": 1.0,
+    "context_length": 1e8,
+    "itl_ms": 86_400_000.0,
+    "max_kv_tokens": 1e12,
+}
+
+
 def _rows(path: Path, columns: tuple[str, ...]) -> list[tuple[float, ...]]:
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in columns if c not in (reader.fieldnames or [])]
-            if missing:
-                raise ValueError(f"{path}: missing columns {missing}")
-            rows = []
-            for line, record in enumerate(reader, start=2):
-                try:
-                    values = tuple(float(record[c]) for c in columns)
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}:{line}: non-numeric value in {columns}") from None
-                if not all(math.isfinite(v) and v >= 0 for v in values):
-                    raise ValueError(f"{path}:{line}: negative or non-finite value in {columns}")
-                rows.append(values)
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from exc
+    rows = []
+    for line, record in csv_rows(path, columns):
+        values = tuple(csv_float(path, line, record, c) for c in columns)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
+            raise ProfileFormatError(path, f"negative or non-finite value in {columns}", row=line)
+        over = next((c for c, v in zip(columns, values, strict=True) if v > _PLAUSIBLE_MAX[c]), None)
+        if over is not None:
+            raise ProfileFormatError(path, f"implausibly large (over {_PLAUSIBLE_MAX[over]:g})", row=line, column=over)
+        rows.append(values)
     if len(rows) < 3:
-        raise ValueError(f"{path}: need at least 3 rows to fit, found {len(rows)}")
+        raise ProfileFormatError(path, f"need at least 3 rows to fit, found {len(rows)}")
+    for i, column in enumerate(columns):
+        if column != "kv_usage_frac" and not any(row[i] > 0 for row in rows):
+            raise ProfileFormatError(path, "zero in every row: nothing to fit", column=column)
     return rows
 
 
@@ -81,6 +89,8 @@ def fit_dynamo_profile(directory: str | Path) -> DynamoFit:
         )
     )
     usage, context, itl_ms, max_kv = decode.T
+    if np.any(context <= 0):
+        raise ProfileFormatError(directory / "decode_itl_vs_kvusage_context.csv", "context_length must be positive")
     sequences = usage * max_kv / context
     design = np.column_stack([np.ones(len(decode)), sequences, sequences * context])
     (a_ms, b0_ms, b1_ms), _ = nnls(design, itl_ms)

@@ -23,6 +23,8 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.metrics import mean_absolute_percentage_error
 
+from pearl_sched.errors import PearlSchedError
+from pearl_sched.input_files import MAX_DOCUMENT_BYTES, read_text
 from pearl_sched.profiles.components import (
     ComponentModel,
     ExtrapolationWarning,
@@ -30,7 +32,7 @@ from pearl_sched.profiles.components import (
     TableInterpolator,
     from_json,
 )
-from pearl_sched.profiles.dataset import ProfileDataset, Target
+from pearl_sched.profiles.dataset import REQUIRED, ProfileDataset, ProfileFormatError, Target
 
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "prefill": (("tokens", "cached_tokens", "batch_size", "tp"), "prefill"),
@@ -143,6 +145,19 @@ def _make(kind: str, design: str) -> ComponentModel:
     return TableInterpolator(design)
 
 
+class ProfileFitError(PearlSchedError, ValueError):
+    """A group of profile rows that holds nothing to fit (a required column that is zero in every row)."""
+
+
+def _check_informative(rows: ProfileDataset, target: str) -> None:
+    group = "/".join(str(rows[c][0]) for c in ("source", "gpu_type", "model"))
+    for column in REQUIRED[target]:
+        if not np.any(rows[column].astype(float) > 0):
+            raise ProfileFitError(
+                f"{group} {target}: {column} is zero in every one of its {len(rows)} rows: nothing to fit"
+            )
+
+
 def fit_component(
     data: ProfileDataset,
     target: Target,
@@ -156,6 +171,7 @@ def fit_component(
     rows = data.select(target=target)
     if len(rows) < 3:
         raise ValueError(f"{target}: need at least 3 rows to fit, found {len(rows)}")
+    _check_informative(rows, target)
     names, design = FEATURES[target]
     rows, X, y, n_anomalous = _screened(rows, target)
     train, test = split_by_configuration(X, heldout, seed, split)
@@ -218,7 +234,21 @@ class ProfileModels:
 
     @classmethod
     def load(cls, path: str | Path) -> ProfileModels:
-        return cls.from_json(Path(path).read_text())
+        """Read a bundle written by :meth:`save`; any problem is a one-line :class:`ProfileFormatError`."""
+        text = read_text(path, limit_bytes=MAX_DOCUMENT_BYTES)
+        try:
+            return cls.from_json(text)
+        except ProfileFormatError:
+            raise
+        except RecursionError:
+            raise ProfileFormatError(path, "JSON nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise ProfileFormatError(path, f"not JSON: {exc.msg}", row=exc.lineno) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            problem = (
+                str(exc) if str(exc).startswith("not a pearl_sched") else f"a damaged bundle ({type(exc).__name__})"
+            )
+            raise ProfileFormatError(path, problem) from None
 
 
 def fit_profiles(

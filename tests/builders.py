@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,50 +19,39 @@ from pearl_sched import (
     Workload,
     Zone,
 )
+from pearl_sched.reference import PARAMS, reference_workload
+from pearl_sched.shared_data import default_data
+from pearl_sched.sim.scenario import Scenario, load_scenario
 
-# Llama-3.1-8B on H200 at TP1, fitted from the Dynamo profile in ../shared/data (see examples/make_examples.py);
-# the "h100" entry is the same device slowed by the H100/H200 memory-bandwidth ratio 3.35/4.8 (spec sheets),
-# used only to exercise heterogeneous pools.
-H200 = DeviceParams(
-    gpu_type="h200",
-    tp=1,
-    prefill_s_per_token=2.1975e-05,
-    decode_iteration_s=0.00609,
-    decode_per_seq_s=0.0001098,
-    kv_capacity_bytes=945029 * 131072,
-)
-H100 = DeviceParams(
-    gpu_type="h100",
-    tp=1,
-    prefill_s_per_token=2.1975e-05 * 4.8 / 3.35,
-    decode_iteration_s=0.00609,
-    decode_per_seq_s=0.0001098 * 4.8 / 3.35,
-    kv_capacity_bytes=80 / 141 * 945029 * 131072,
-)
-PARAMS = PearlParams(
-    devices=(H200, H100),
-    switch_overhead_s=0.0,
-    kv_bandwidth_bytes_per_s=50e9,
-    kv_bandwidth_per_prefill_worker=True,
-    source="tests",
-)
+DATA = default_data()
+"""The third-party data the data tests read (``$PEARL_SCHED_DATA``, else ``../shared/data``)."""
+
+# The reference problem (Llama-3.1-8B on H200 and a derived H100, a tau-bench-like batch): pearl_sched.reference.
 MODEL = PearlMakespanModel(PARAMS)
+
+# A made-up device with round numbers, so PEARL's closed form can be worked out by hand.
+HAND = PearlMakespanModel(
+    PearlParams(
+        devices=(
+            DeviceParams(
+                gpu_type="x",
+                tp=2,
+                prefill_s_per_token=1e-5,
+                decode_iteration_s=0.005,
+                decode_per_seq_s=1e-4,
+                kv_capacity_bytes=1e9,
+            ),
+        ),
+        switch_overhead_s=0.5,
+        kv_bandwidth_bytes_per_s=1e9,
+        source="hand",
+    )
+)
 
 
 def workload(**overrides: float) -> Workload:
-    """A tau-bench-like agentic batch (see examples/make_examples.py for where the numbers come from)."""
-    values: dict[str, float] = dict(
-        batch_size=1024,
-        unfinished=1024,
-        turns=20.0,
-        appended_tokens_per_turn=151.4,
-        generated_tokens_per_turn=84.7,
-        env_time_per_turn_s=10.0,
-        mean_context_tokens=3051.0,
-        kv_bytes_per_token=131072.0,
-    )
-    values.update(overrides)
-    return Workload(**values)  # type: ignore[arg-type]
+    """A tau-bench-like agentic batch (:func:`pearl_sched.reference.reference_workload`)."""
+    return reference_workload(**overrides)
 
 
 @dataclass(frozen=True)
@@ -116,3 +106,29 @@ def state(
             allow_preemptible=allow_preemptible,
         ),
     )
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` TCP ports on 127.0.0.1 that were free a moment ago."""
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def tiny(base: str = "e2e", **overrides: object) -> Scenario:
+    """A shipped scenario shrunk to 16 short trajectories per step and 15-minute segments."""
+    scenario = load_scenario(base).expand()[0]
+    fields = {
+        "batch_prompts": 2,
+        "group_size": 8,
+        "trajectories": "tau-bench",
+        "output_scale": 1.0,
+        "training_gpus": 4,
+        "segments": [{**s.model_dump(), "duration_s": 900.0} for s in scenario.segments[:2]],
+        **overrides,
+    }
+    return Scenario.model_validate({**scenario.model_dump(), **fields, "variants": ()})

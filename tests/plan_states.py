@@ -28,8 +28,7 @@ from pearl_sched import (
 )
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.policies import idle_window_allows_borrow, must_return
-
-from .builders import H100, H200
+from pearl_sched.reference import H100, H200
 
 
 def _tp2(device: DeviceParams) -> DeviceParams:

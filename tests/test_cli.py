@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from pearl_sched.cli import app
@@ -86,8 +87,9 @@ def test_plan_with_the_improved_predictor() -> None:
     assert runner.invoke(app, ["plan", str(EXAMPLES / "running.json"), "--predictor", "oracle"]).exit_code == 2
 
 
+@pytest.mark.needs_data
 def test_simulate_writes_a_report_and_plots(tmp_path: Path) -> None:
-    from .test_sim_cluster import DATA, tiny
+    from .builders import DATA, tiny
 
     scenario = tmp_path / "tiny.json"
     scenario.write_text(tiny().model_copy(update={"name": "tiny"}).model_dump_json())

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.needs_data
 def test_example_requests_regenerate_identically(tmp_path: Path) -> None:
     script = (
         (ROOT / "examples" / "make_examples.py")

@@ -3,8 +3,6 @@ a measured profile of the same model and GPU."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -12,7 +10,8 @@ from pearl_sched.profiles.dataset import ProfileFormatError
 from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, composed_mape, shipped_config
 from pearl_sched.profiles.readers import read_dynamo
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .builders import DATA
+
 H200 = DATA / "aiconfigurator-sglang" / "h200_sxm"
 
 pytestmark = pytest.mark.slow  # the GEMM table alone is 100k rows
@@ -23,6 +22,7 @@ def bf16() -> KernelTables:
     return KernelTables(H200)
 
 
+@pytest.mark.needs_data
 @pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-30b-a3b", "qwen3-32b", "llama-3.1-8b"])
 def test_step_times_grow_with_load_and_shrink_with_tp(bf16: KernelTables, name: str) -> None:
     tp1 = ComposedStepModel(shipped_config(name), bf16, tp=1)
@@ -36,12 +36,14 @@ def test_step_times_grow_with_load_and_shrink_with_tp(bf16: KernelTables, name: 
     assert 1e-4 < tp1.decode_s(1, 1024) < 0.1  # a single-sequence step of these models is a few ms on an H200
 
 
+@pytest.mark.needs_data
 def test_cached_prefix_makes_prefill_cheaper_than_a_full_one(bf16: KernelTables) -> None:
     model = ComposedStepModel(shipped_config("qwen3-8b"), bf16, tp=2)
     appended = model.prefill_s(512, cached_tokens=8192)
     assert model.prefill_s(512) < appended < model.prefill_s(512 + 8192)
 
 
+@pytest.mark.needs_data
 def test_moe_model_uses_the_moe_table(bf16: KernelTables) -> None:
     dense = ComposedStepModel(shipped_config("qwen3-32b"), bf16, tp=2)
     moe = ComposedStepModel(shipped_config("qwen3-30b-a3b"), bf16, tp=2)
@@ -49,6 +51,7 @@ def test_moe_model_uses_the_moe_table(bf16: KernelTables) -> None:
     assert moe.prefill_s(4096) < dense.prefill_s(4096)  # 3B active parameters against 32B
 
 
+@pytest.mark.needs_data
 def test_clear_errors() -> None:
     with pytest.raises(ProfileFormatError, match="not an aiconfigurator table directory"):
         KernelTables(DATA)
@@ -59,6 +62,7 @@ def test_clear_errors() -> None:
         ComposedStepModel(shipped_config("qwen3-8b"), tables, tp=3)
 
 
+@pytest.mark.needs_data
 def test_calibrated_composition_tracks_the_measured_dynamo_profile() -> None:
     """Llama-3.1-8B on an H200: SGLang kernels (FP8 GEMMs) against vLLM's measured TTFT and ITL, with the
     framework's fixed cost set from one point each; the rest stay within 15% on average."""
@@ -78,6 +82,7 @@ def test_calibrated_composition_tracks_the_measured_dynamo_profile() -> None:
     assert ttft_error < 15 and itl_error < 15
 
 
+@pytest.mark.needs_data
 def test_pearl_parameters_from_a_composition(bf16: KernelTables) -> None:
     from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from pearl_sched import (
-    DeviceParams,
     InvalidStateError,
     Mode,
     PearlMakespanModel,
@@ -14,19 +13,9 @@ from pearl_sched import (
     Role,
 )
 
-from .builders import MODEL, workload
+from .builders import HAND, MODEL, workload
 
-DEVICE = DeviceParams(
-    gpu_type="x",
-    tp=2,
-    prefill_s_per_token=1e-5,
-    decode_iteration_s=0.005,
-    decode_per_seq_s=1e-4,
-    kv_capacity_bytes=1e9,
-)
-HAND = PearlMakespanModel(
-    PearlParams(devices=(DEVICE,), switch_overhead_s=0.5, kv_bandwidth_bytes_per_s=1e9, source="hand")
-)
+DEVICE = HAND.params.devices[0]
 LOAD = workload(
     batch_size=64,
     unfinished=64,

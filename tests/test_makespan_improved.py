@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from pearl_sched import Mode, PoolCapacity
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
 
-from .builders import workload
-from .test_makespan import HAND
+from .builders import HAND, workload
 
 IMPROVED = ImprovedMakespanModel(ImprovedParams(pearl=HAND.params))
 

@@ -33,7 +33,8 @@ from pearl_sched.profiles.readers import (
     read_splitwise,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .builders import DATA
+
 SPLITWISE = DATA / "splitwise-sim" / "perf_model.csv"
 DYNAMO = DATA / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D"
 
@@ -45,6 +46,7 @@ def test_sklearn_conformance(estimator: object, check: object) -> None:
         check(estimator)  # type: ignore[operator]
 
 
+@pytest.mark.needs_data
 def test_splitwise_rows_are_normalised_to_seconds() -> None:
     data = read_splitwise(SPLITWISE)
     assert len(data) == 2 * 1260 and not data.dropped
@@ -56,6 +58,7 @@ def test_splitwise_rows_are_normalised_to_seconds() -> None:
     assert decode["context_tokens"][0] == pytest.approx(512 + 128 / 2)
 
 
+@pytest.mark.needs_data
 def test_dynamo_csv_and_npz_readers_agree(tmp_path: Path) -> None:
     from_csv = read_dynamo(DYNAMO)
     for sub in ("selected_prefill_interpolation", "selected_decode_interpolation"):
@@ -242,6 +245,7 @@ def test_nan_and_negative_rows_are_dropped_and_counted() -> None:
     assert data.dropped == {"prefill: bad value_s": 1, "prefill: bad tokens": 1}
 
 
+@pytest.mark.needs_data
 def test_failed_measurement_is_flagged_as_anomalous() -> None:
     data = read_splitwise(SPLITWISE).select(target="prefill", model="llama2-70b", gpu_type="a100-80gb")
     X, y = _features(data, "prefill")
@@ -251,6 +255,7 @@ def test_failed_measurement_is_flagged_as_anomalous() -> None:
     assert configs == {(512.0, 0.0, 64.0, 2.0)}
 
 
+@pytest.mark.needs_data
 @pytest.mark.parametrize("target", ["prefill", "decode_step"])
 def test_fits_are_monotone_in_load(target: str) -> None:
     data = read_splitwise(SPLITWISE).select(model="llama2-70b", gpu_type="h100-80gb")
@@ -266,6 +271,7 @@ def test_fits_are_monotone_in_load(target: str) -> None:
     assert np.all(np.diff(predicted) >= -1e-12) and np.all(predicted >= 0)
 
 
+@pytest.mark.needs_data
 def test_json_round_trip_predicts_identically(tmp_path: Path) -> None:
     data = read_splitwise(SPLITWISE).select(model="bloom-176b", gpu_type="h100-80gb")
     for kind in ("monotone", "table"):
@@ -289,6 +295,7 @@ def test_prediction_outside_the_fitted_box_warns() -> None:
         model.predict([[64, 100, 1]])
 
 
+@pytest.mark.needs_data
 def test_fit_cli_writes_models_and_plots(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,

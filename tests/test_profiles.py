@@ -10,7 +10,8 @@ import pytest
 
 from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .builders import DATA
+
 DYNAMO = DATA / "dynamo-h200-llama31-8b" / "H200_TP1P_TP1D"
 CONFIGS = DATA / "model-configs"
 
@@ -20,6 +21,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.needs_data
 def test_kv_bytes_per_token_from_published_configs() -> None:
     llama = ModelConfig.from_json(CONFIGS / "meta-llama--Meta-Llama-3.1-8B_config.json")
     assert llama.kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2  # 128 KiB in bf16
@@ -38,6 +40,7 @@ def test_model_config_errors_name_the_file(tmp_path: Path) -> None:
         ModelConfig.from_json(broken)
 
 
+@pytest.mark.needs_data
 def test_dynamo_fit_explains_the_profile_within_pearls_linear_forms() -> None:
     """PEARL's linear forms fit the H200 profile with 12-13% mean error in-sample (decode saturates at high
     KV usage, which a line cannot follow): asserted below 15% so a broken fit cannot pass."""
@@ -62,6 +65,7 @@ def test_dynamo_fit_explains_the_profile_within_pearls_linear_forms() -> None:
     assert device.decode_per_seq_s == pytest.approx(fit.decode_per_seq_s + 3000 * fit.decode_per_seq_per_context_s)
 
 
+@pytest.mark.needs_data
 def test_dynamo_fit_rejects_bad_rows(tmp_path: Path) -> None:
     for name in ("prefill_ttft_vs_isl.csv", "decode_itl_vs_kvusage_context.csv"):
         (tmp_path / name).write_text((DYNAMO / name).read_text())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -18,27 +16,14 @@ from pearl_sched.sim.baselines import POLICIES, FixedColocated
 from pearl_sched.sim.cluster import SegmentResult, SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, run_policy_segment, setting_for
 from pearl_sched.sim.rollout import TrajectorySpec, Turn
-from pearl_sched.sim.scenario import Scenario, load_scenario, shipped_scenarios
+from pearl_sched.sim.scenario import shipped_scenarios
 from pearl_sched.sim.setting import Setting
 from pearl_sched.sim.steptimes import LinearStepTimes
 from pearl_sched.state import Zone
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .builders import DATA, tiny
 
-
-def tiny(base: str = "e2e", **overrides: object) -> Scenario:
-    """A shipped scenario shrunk to 16 short trajectories per step and 15-minute segments."""
-    scenario = load_scenario(base).expand()[0]
-    fields = {
-        "batch_prompts": 2,
-        "group_size": 8,
-        "trajectories": "tau-bench",
-        "output_scale": 1.0,
-        "training_gpus": 4,
-        "segments": [{**s.model_dump(), "duration_s": 900.0} for s in scenario.segments[:2]],
-        **overrides,
-    }
-    return Scenario.model_validate({**scenario.model_dump(), **fields, "variants": ()})
+pytestmark = pytest.mark.needs_data  # every test here simulates a scenario built from the data
 
 
 class HandSetting(Setting):

@@ -9,10 +9,12 @@ import pytest
 from pearl_sched.sim.availability import AvailabilityTrace, TraceFormatError
 from pearl_sched.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from .builders import DATA
+
 BAMBOO = DATA / "bamboo" / "p3-trace.csv"
 
 
+@pytest.mark.needs_data
 def test_bamboo_trace_parses_into_live_nodes() -> None:
     trace = AvailabilityTrace.from_bamboo(BAMBOO)
     assert trace.end_s == pytest.approx(11.3667 * 3600, rel=1e-3)  # 344 events over about 11.4 hours
@@ -22,6 +24,7 @@ def test_bamboo_trace_parses_into_live_nodes() -> None:
     assert 11 <= window.counts.min() <= window.counts.max() <= 24
 
 
+@pytest.mark.needs_data
 def test_scaling_hits_the_target_mean_in_whole_tp_groups() -> None:
     window = AvailabilityTrace.from_bamboo(BAMBOO).window(0, 7200)
     scaled, factor = window.scaled_to_mean(9.6, cap=12, step=2)
@@ -42,6 +45,7 @@ def test_bad_trace_lines_are_named(tmp_path: Path) -> None:
         AvailabilityTrace.from_bamboo(bad)
 
 
+@pytest.mark.needs_data
 def test_e2e_scenario_segments_match_the_papers_means() -> None:
     assert "e2e" in shipped_scenarios()
     scenario = load_scenario("e2e")

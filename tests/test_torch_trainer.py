@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch  # the torch extra: .ci/run installs torch==2.13.0 (CPU) before the package
 
-from pearl_sched.adapters.torch_trainer import TorchTrainer, TrainerBusyError
 from pearl_sched.control import TrainerAdapter
+
+torch = pytest.importorskip("torch")  # the torch extra: .ci/run installs torch (CPU) before the package
+
+from pearl_sched.adapters.torch_trainer import TorchTrainer, TrainerBusyError  # noqa: E402 - needs torch
 
 
 def trainer(tmp_path: Path) -> TorchTrainer:

@@ -2,7 +2,9 @@
 
 :class:`SimCluster` implements :class:`~pearl_sched.control.ClusterAdapter`, so the same
 :class:`~pearl_sched.control.ControlLoop` drives it and a real SGLang cluster. :func:`run_segment` is the
-clock: it runs one availability segment of a scenario, step after step:
+clock: it runs one availability segment of a scenario as a loop over timed events (vidur's shape: pop the next
+event, handle it, schedule what it causes) — the step boundary, the decision points inside a batch, the batch's
+end with the training step it schedules, and the segment's end:
 
 * **Rollout step k** simulates the step's batch (:mod:`~pearl_sched.sim.rollout`) on the workers the policy
   chose; a worker that changes joins the running batch when its transition ends: a new worker after
@@ -26,9 +28,10 @@ counted as such, never lost.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
@@ -36,7 +39,7 @@ from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
-from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone
+from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone, ratio_label
 
 TRAINING = "training"
 
@@ -398,19 +401,195 @@ class SimCluster:
     def serving(self) -> str:
         """The configuration in force, e.g. ``3P5D`` or ``6C``."""
         roles = [s.role for s in self.slots if s.role is not None]
-        if self.mode is Mode.COLOCATED:
-            return f"{roles.count(Role.COLOCATED)}C"
-        return f"{roles.count(Role.PREFILL)}P{roles.count(Role.DECODE)}D"
+        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
-@dataclass
-class _Points:
-    """Decision points inside a batch, in time order."""
+# -- the clock --------------------------------------------------------------------------------------------
+# vidur's shape: a heap of events, each handled by one method of the segment that returns the events it causes.
 
-    heap: list[tuple[float, int, EventKind, float]] = field(default_factory=list)
 
-    def push(self, at: float, kind: EventKind, value: float = 0.0) -> None:
-        heapq.heappush(self.heap, (at, len(self.heap), kind, value))
+@dataclass(frozen=True)
+class _Event:
+    """Something that happens at ``at_s`` during step ``step``'s rollout."""
+
+    at_s: float
+    step: int
+
+    def handle(self, segment: _Segment) -> list[_Event]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _StepBoundary(_Event):
+    """Rollout ``step`` may start: the policy decides, the batch launches."""
+
+    def handle(self, segment: _Segment) -> list[_Event]:
+        return segment.step_boundary(self)
+
+
+@dataclass(frozen=True)
+class _DecisionPoint(_Event):
+    """A decision point inside the batch: GPUs joining or leaving, training finished, or a tick."""
+
+    kind: EventKind = EventKind.TICK
+    value: float = 0.0  # GPU_JOIN: the rollout GPUs the trace says are live
+
+    def handle(self, segment: _Segment) -> list[_Event]:
+        return segment.decision_point(self)
+
+
+@dataclass(frozen=True)
+class _SegmentEnd(_Event):
+    """The segment's end: a batch still running is carried over."""
+
+    def handle(self, segment: _Segment) -> list[_Event]:
+        return segment.segment_end(self)
+
+
+@dataclass(frozen=True)
+class _BatchEnd(_Event):
+    """The batch has finished: borrowed GPUs go back and the training step is scheduled."""
+
+    def handle(self, segment: _Segment) -> list[_Event]:
+        return segment.batch_end(self)
+
+
+class _Segment:
+    """One availability segment under one policy: the cluster, the trainer's clock and what is recorded."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        loop: ControlLoop,
+        trace: AvailabilityTrace,
+        *,
+        dedicated_gpus: int,
+        tick_s: float,
+        progress: Callable[[float], None] | None,
+    ) -> None:
+        self.cluster = cluster
+        self.loop = loop
+        self.setting = cluster.setting
+        self.dedicated_gpus = dedicated_gpus
+        self.duration_s = trace.end_s
+        self.tick_s = tick_s
+        self.progress = progress
+        self.changes = [(float(t), float(c)) for t, c in zip(trace.times_s, trace.counts, strict=True)]
+        self.steps: list[StepRecord] = []
+        self.ratios: list[tuple[float, str]] = []
+        self.transitions = 0
+        self.carried = 0
+        self.train_end_s = 0.0  # when the last scheduled training step ends
+        self.running: int | None = None  # the step whose batch is running
+        self.rollout_start_s = 0.0
+        self.ratio_at_start = ""
+        self.preempted_before = 0
+        cluster.set_preemptible(max(0.0, self.changes[0][1] - dedicated_gpus))
+
+    def step_boundary(self, event: _StepBoundary) -> list[_Event]:
+        """Decide at the step boundary, launch the step's batch and schedule its decision points."""
+        t, step, cluster = event.at_s, event.step, self.cluster
+        cluster.now = t
+        cluster.trainer_idle_at = self.train_end_s
+        record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
+        self.transitions += record.changed
+        if not any(slot.role is not None for slot in cluster.slots):
+            raise SimulationError(f"{self.loop.decider.name}: no rollout worker at the step boundary ({record.reason})")
+        cluster.launch(step)
+        self.running = step
+        self.rollout_start_s = t
+        self.ratio_at_start = cluster.serving()
+        self.ratios.append((t, self.ratio_at_start))
+        self.preempted_before = cluster.preempted
+        return [*self._decision_points(step, t), _SegmentEnd(self.duration_s, step)]
+
+    def _decision_points(self, step: int, t: float) -> list[_Event]:
+        """The batch's decision points: trace changes, the previous training's end, and the periodic ticks."""
+        points: list[_Event] = [
+            _DecisionPoint(at, step, EventKind.GPU_JOIN, count)
+            for at, count in self.changes[1:]
+            if t < at < self.duration_s
+        ]
+        if t < self.train_end_s < self.duration_s:
+            points.append(_DecisionPoint(self.train_end_s, step, EventKind.TRAINING_FINISHED))
+        k = 1
+        while t + k * self.tick_s < self.duration_s:
+            points.append(_DecisionPoint(t + k * self.tick_s, step, EventKind.TICK))
+            k += 1
+        return points
+
+    def decision_point(self, event: _DecisionPoint) -> list[_Event]:
+        """Run the batch up to the point, then let the control loop observe, decide and apply."""
+        if self.running != event.step:
+            return []  # the batch this point belonged to has ended
+        if not self.cluster.advance(event.at_s):
+            return self._batch_finished(event.step)
+        kind = event.kind
+        if kind is EventKind.GPU_JOIN:
+            left, joined = self.cluster.set_preemptible(max(0.0, event.value - self.dedicated_gpus))
+            if not (left or joined):
+                return []
+            kind = EventKind.GPU_LEAVE if left else EventKind.GPU_JOIN
+        record = self.loop.handle(Event(kind, event.at_s))
+        self.transitions += record.changed
+        if record.changed:
+            self.ratios.append((event.at_s, self.cluster.serving()))
+        if self.progress is not None:
+            self.progress(event.at_s)
+        return []
+
+    def segment_end(self, event: _SegmentEnd) -> list[_Event]:
+        """Run the batch to the segment's end; one still running is carried over."""
+        if self.running != event.step:
+            return []
+        if not self.cluster.advance(event.at_s):
+            return self._batch_finished(event.step)
+        self.carried = self.cluster.batch.unfinished if self.cluster.batch is not None else 0
+        self.running = None
+        return []
+
+    def _batch_finished(self, step: int) -> list[_Event]:
+        self.running = None
+        return [_BatchEnd(self.cluster.now, step)]
+
+    def batch_end(self, event: _BatchEnd) -> list[_Event]:
+        """Hand borrowed GPUs back, train the step and schedule the next step boundary."""
+        result, back_s, borrowed = self.cluster.finish_batch()
+        end = self.cluster.now
+        train_start, train_end, tokens, appended = self._training_step(event.step, back_s)
+        self.steps.append(
+            StepRecord(
+                step=event.step,
+                rollout_start_s=self.rollout_start_s,
+                rollout_end_s=end,
+                train_start_s=train_start,
+                train_end_s=train_end,
+                step_time_s=train_end - self.train_end_s,
+                generated_tokens=result.generated_tokens,
+                training_tokens=tokens,
+                ratio_at_start=self.ratio_at_start,
+                borrowed_workers=borrowed,
+                preempted_workers=self.cluster.preempted - self.preempted_before,
+                reprefilled_tokens=result.prefill_tokens - appended,
+            )
+        )
+        self.ratios.append((end, "idle"))
+        next_start = max(end, self.train_end_s)  # staleness 1: rollout k + 1 waits for training k − 1
+        self.train_end_s = train_end
+        if self.progress is not None:
+            self.progress(min(next_start, self.duration_s))
+        return [_StepBoundary(next_start, event.step + 1)] if next_start < self.duration_s else []
+
+    def _training_step(self, step: int, back_s: float) -> tuple[float, float, int, int]:
+        """Training ``step`` starts once its GPUs are back and training ``step`` − 1 is done.
+
+        Returns its start and end, the tokens it trains on and the appended (prompt and observation) tokens.
+        """
+        batch = self.setting.batch(step)
+        appended = sum(u.appended_tokens for tr in batch for u in tr.turns)
+        tokens = appended + sum(tr.generated_tokens for tr in batch)
+        start = max(back_s, self.train_end_s)
+        return start, start + self.setting.training_s(tokens), tokens, appended
 
 
 def run_segment(
@@ -440,98 +619,28 @@ def run_segment(
         allow_borrow=allow_borrow,
     )
     loop = ControlLoop(cluster, decider)
-    duration = trace.end_s
-    changes = [(float(t), float(c)) for t, c in zip(trace.times_s, trace.counts, strict=True)]
-    cluster.set_preemptible(max(0.0, changes[0][1] - dedicated))
-    steps: list[StepRecord] = []
-    ratios: list[tuple[float, str]] = []
-    transitions = 0
-    train_end_prev = 0.0
-    carried = 0
-    step = 0
-    t = 0.0
-    while t < duration:
-        cluster.now = t
-        cluster.trainer_idle_at = train_end_prev
-        record = loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
-        transitions += record.changed
-        if not any(slot.role is not None for slot in cluster.slots):
-            raise SimulationError(f"{decider.name}: no rollout worker at the step boundary ({record.reason})")
-        cluster.launch(step)
-        ratio_at_start = cluster.serving()
-        ratios.append((t, ratio_at_start))
-        points = _Points()
-        for at, count in changes[1:]:
-            if t < at < duration:
-                points.push(at, EventKind.GPU_JOIN, count)
-        if t < train_end_prev < duration:
-            points.push(train_end_prev, EventKind.TRAINING_FINISHED)
-        k = 1
-        while t + k * tick_s < duration:
-            points.push(t + k * tick_s, EventKind.TICK)
-            k += 1
-        running = True
-        preempted_before = cluster.preempted
-        while running and points.heap:
-            at, _, kind, value = heapq.heappop(points.heap)
-            running = cluster.advance(at)
-            if not running:
-                break
-            if kind is EventKind.GPU_JOIN:
-                left, joined = cluster.set_preemptible(max(0.0, value - dedicated))
-                if not (left or joined):
-                    continue
-                kind = EventKind.GPU_LEAVE if left else EventKind.GPU_JOIN
-            record = loop.handle(Event(kind, at))
-            transitions += record.changed
-            if record.changed:
-                ratios.append((at, cluster.serving()))
-            if progress is not None:
-                progress(at)
-        if running:
-            running = cluster.advance(duration)
-        if running:
-            carried = cluster.batch.unfinished if cluster.batch is not None else 0
-            break
-        result, back, borrowed = cluster.finish_batch()
-        end = cluster.now
-        train_start = max(back, train_end_prev)
-        batch = setting.batch(step)
-        appended = sum(u.appended_tokens for tr in batch for u in tr.turns)
-        tokens = appended + sum(tr.generated_tokens for tr in batch)
-        train_end = train_start + setting.training_s(tokens)
-        steps.append(
-            StepRecord(
-                step=step,
-                rollout_start_s=t,
-                rollout_end_s=end,
-                train_start_s=train_start,
-                train_end_s=train_end,
-                step_time_s=train_end - train_end_prev,
-                generated_tokens=result.generated_tokens,
-                training_tokens=tokens,
-                ratio_at_start=ratio_at_start,
-                borrowed_workers=borrowed,
-                preempted_workers=cluster.preempted - preempted_before,
-                reprefilled_tokens=result.prefill_tokens - appended,
-            )
-        )
-        ratios.append((end, "idle"))
-        t = max(end, train_end_prev)
-        train_end_prev = train_end
-        step += 1
-        if progress is not None:
-            progress(min(t, duration))
+    run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)
+    order = itertools.count()  # simultaneous events run in the order they were scheduled
+    queue: list[tuple[float, int, _Event]] = []
+
+    def schedule(events: list[_Event]) -> None:
+        for new in events:
+            heapq.heappush(queue, (new.at_s, next(order), new))
+
+    schedule([_StepBoundary(0.0, 0)] if trace.end_s > 0 else [])
+    while queue:
+        _, _, event = heapq.heappop(queue)
+        schedule(event.handle(run))
     return SegmentResult(
         policy=decider.name,
         segment=segment,
-        duration_s=duration,
+        duration_s=trace.end_s,
         mean_rollout_gpus=trace.mean(),
         scaling_factor=scaling_factor,
-        steps=steps,
-        carried_over=carried,
+        steps=run.steps,
+        carried_over=run.carried,
         timeline=cluster.timeline,
-        ratios=ratios,
+        ratios=run.ratios,
         decisions=len(loop.records),
-        transitions=transitions,
+        transitions=run.transitions,
     )

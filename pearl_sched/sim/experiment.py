@@ -8,7 +8,6 @@ and its ratio to ROLL, to PEARL-faithful and to the hindsight oracle when those 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -19,18 +18,13 @@ from typing import Any
 import numpy as np
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.shared_data import DEFAULT_DATA as DEFAULT_DATA
+from pearl_sched.shared_data import default_data as default_data
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES, fixed_pool_gpus
 from pearl_sched.sim.cluster import SegmentResult, run_segment
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.setting import Setting
-
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def default_data() -> Path:
-    """``$PEARL_SCHED_DATA``, else ``../shared/data`` next to the checkout."""
-    return Path(os.environ.get("PEARL_SCHED_DATA", DEFAULT_DATA))
 
 
 def costs_for(scenario: Scenario) -> TransitionCosts:

@@ -34,9 +34,17 @@ def plot_report(report: Report, directory: str | Path, *, focus: str = "pearl_sc
     plt = _pyplot()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    segments = [s.name for s in report.scenario.segments]
-    written = []
+    runs = [p for p in (focus, "pearl") if p in report.runs] or list(report.runs)[:1]
+    return [
+        _save(plot_throughput(report, plt), directory / "throughput.png", plt),
+        _save(plot_timeline(report, runs, plt), directory / "timeline.png", plt),
+        _save(plot_ratio(report, runs, plt), directory / "ratio.png", plt),
+    ]
 
+
+def plot_throughput(report: Report, plt: Any) -> Any:
+    """Step throughput over time, one panel per segment, one line per policy."""
+    segments = [s.name for s in report.scenario.segments]
     fig, axes = plt.subplots(1, len(segments), figsize=(5 * len(segments), 3.8), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], segments, strict=True):
         for policy, run in report.runs.items():
@@ -53,9 +61,12 @@ def plot_report(report: Report, directory: str | Path, *, focus: str = "pearl_sc
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{report.scenario.name}: throughput per step by policy")
     fig.tight_layout()
-    written.append(_save(fig, directory / "throughput.png", plt))
+    return fig
 
-    runs = [p for p in (focus, "pearl") if p in report.runs] or list(report.runs)[:1]
+
+def plot_timeline(report: Report, runs: list[str], plt: Any) -> Any:
+    """Each TP group's role over time, one row of panels per policy in ``runs``."""
+    segments = report.scenario.segments
     fig, axes = plt.subplots(len(runs), len(segments), figsize=(5 * len(segments), 3.2 * len(runs)), squeeze=False)
     for row, policy in enumerate(runs):
         for col, seg in enumerate(report.runs[policy].segments):
@@ -73,8 +84,12 @@ def plot_report(report: Report, directory: str | Path, *, focus: str = "pearl_sc
     fig.legend(handles, ["prefill", "decode", "colocated", "with the trainer"], loc="upper right", fontsize=7)
     fig.suptitle("GPU-role timeline (one row per TP group; blank: not in use or preempted)")
     fig.tight_layout()
-    written.append(_save(fig, directory / "timeline.png", plt))
+    return fig
 
+
+def plot_ratio(report: Report, runs: list[str], plt: Any) -> Any:
+    """Workers per role over time (the configuration chosen), one row of panels per policy in ``runs``."""
+    segments = report.scenario.segments
     fig, axes = plt.subplots(len(runs), len(segments), figsize=(5 * len(segments), 3.0 * len(runs)), squeeze=False)
     for row, policy in enumerate(runs):
         for col, seg in enumerate(report.runs[policy].segments):
@@ -98,8 +113,7 @@ def plot_report(report: Report, directory: str | Path, *, focus: str = "pearl_sc
             ax.legend(fontsize=7)
     fig.suptitle("Chosen configuration over time (workers per role)")
     fig.tight_layout()
-    written.append(_save(fig, directory / "ratio.png", plt))
-    return written
+    return fig
 
 
 def _save(fig: Any, path: Path, plt: Any) -> Path:

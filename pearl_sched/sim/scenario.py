@@ -8,13 +8,15 @@ target mean of rollout GPUs. Load one with :func:`load_scenario` (a name of a sh
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from pearl_sched.errors import PearlSchedError
+from pearl_sched.input_files import MAX_DOCUMENT_BYTES, InputFileError, read_text
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.state import Frozen, NonNegFloat, PosFloat
 
@@ -23,6 +25,66 @@ SHIPPED = Path(__file__).resolve().parent / "scenarios"
 
 class ScenarioError(PearlSchedError, ValueError):
     """A scenario that cannot be loaded; the message names the file and the field."""
+
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+"""A scenario, variant, model or GPU name: one path component that cannot climb out of a folder (no ``/``, no
+leading dot), since names become file and folder names (``--out``/<name>, the kernel tables' <gpu>.yaml)."""
+
+# Sizes beyond which `pearl-sched simulate` refuses a scenario file instead of running for hours. The shipped
+# e2e scenario (1,024 trajectories a step, 32 GPUs, three 2-hour segments) simulates one policy's segment in
+# about 15 s (docs/simulator.md); the wall time grows with trajectories × simulated hours.
+LIMITS: dict[str, float] = {
+    "trajectories_per_step": 16_384,  # 2× the largest published RL rollout batch we know (512 prompts × 16)
+    "gpus": 4_096,  # training + dedicated + preemptible
+    "tp": 64,
+    "max_length_tokens": 1_048_576,  # the longest context windows of current models (1M tokens)
+    "segment_duration_s": 86_400.0,  # one simulated day per segment
+    "segments": 64,
+    "variants": 64,
+    "staleness": 64,
+    "env_mean_s": 86_400.0,
+}
+
+
+def check_limits(scenario: Scenario, source: object) -> None:
+    """Refuse a scenario too large to simulate in reasonable time, naming the limit (see :data:`LIMITS`).
+
+    Raises:
+        ScenarioError: A size over its limit; the message names ``source`` (the file), the field and the limit.
+    """
+    sizes: dict[str, tuple[str, float]] = {
+        "trajectories_per_step": ("batch_prompts × group_size", scenario.trajectories_per_step),
+        "gpus": (
+            "training_gpus + dedicated_rollout_gpus + max_preemptible_gpus",
+            scenario.training_gpus + scenario.dedicated_rollout_gpus + scenario.max_preemptible_gpus,
+        ),
+        "tp": ("tp", scenario.tp),
+        "max_length_tokens": ("max_length_tokens", scenario.max_length_tokens),
+        "segment_duration_s": ("segments.*.duration_s", max(s.duration_s for s in scenario.segments)),
+        "segments": ("number of segments", len(scenario.segments)),
+        "variants": ("number of variants", len(scenario.variants)),
+        "staleness": ("staleness", scenario.staleness),
+        "env_mean_s": ("env_mean_s", scenario.env_mean_s),
+    }
+    for key, (field, value) in sizes.items():
+        if value > LIMITS[key]:
+            raise ScenarioError(
+                f"{source}: {field} is {_show(value)}, over the simulator's limit of {LIMITS[key]:g}; "
+                "larger settings would run for hours (see docs/reliability.md)"
+            )
+
+
+def _show(value: float) -> str:
+    if isinstance(value, int) and len(str(value)) > 15:
+        return f"a {len(str(value))}-digit number"
+    return f"{value:g}"
+
+
+def _check_name(value: str, what: str) -> str:
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{what} must be 1-64 letters, digits, '_', '.', '+' or '-' and start with a letter or digit")
+    return value
 
 
 class Segment(Frozen):
@@ -75,6 +137,27 @@ class Scenario(Frozen):
     scaling: str = Field(description="How the trace's node counts become this pool's GPUs")
     segments: tuple[Segment, ...] = Field(min_length=1)
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        # A variant's scenario is named "<scenario>/<variant>": each part a plain name.
+        for part in value.split("/", 1):
+            _check_name(part, "a scenario name")
+        return value
+
+    @field_validator("model", "gpu")
+    @classmethod
+    def _plain_component(cls, value: str) -> str:
+        return _check_name(value, "a model or GPU name")
+
+    @field_validator("availability_trace")
+    @classmethod
+    def _inside_data(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or "\\" in value or not value.strip():
+            raise ValueError("availability_trace is a relative path inside the data folder, without '..'")
+        return value
+
     @property
     def trajectories_per_step(self) -> int:
         return self.batch_prompts * self.group_size
@@ -87,15 +170,20 @@ class Scenario(Frozen):
         for variant in self.variants:
             fields = dict(variant)
             name = fields.pop("name", None)
-            if not name:
-                raise ScenarioError(f"scenario {self.name}: every variant needs a name")
-            data = {**self.model_dump(), **fields, "name": f"{self.name}/{name}", "variants": ()}
+            if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+                raise ScenarioError(
+                    f"scenario {self.name}: every variant needs a name of 1-64 letters, digits, '_', '.', '+' or '-'"
+                )
+            data = {**self.model_dump(mode="json"), **fields, "name": f"{self.name}/{name}", "variants": ()}
             try:
-                out.append(Scenario.model_validate(data))
+                # Through JSON, strictly: a variant's override is checked like the file it came from.
+                out.append(Scenario.model_validate_json(json.dumps(data), strict=True))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
                 raise ScenarioError(f"scenario {self.name}, variant {name}: {where}: {first['msg']}") from None
+            except (TypeError, ValueError, RecursionError):  # an override json cannot write (nested too deep)
+                raise ScenarioError(f"scenario {self.name}, variant {name}: not a JSON value") from None
         return out
 
     def availability(self, segment: Segment, data: Path) -> tuple[AvailabilityTrace, float]:
@@ -114,19 +202,44 @@ class Scenario(Frozen):
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:
-    """A shipped scenario by name (``e2e``) or a scenario file by path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = SHIPPED / f"{name_or_path}.json"
+    """A shipped scenario by name (``e2e``) or a scenario file by path.
+
+    A plain name (no folder, no ``.json``) is looked up among the shipped scenarios only, so a name never reads
+    a file outside ``pearl_sched/sim/scenarios/``; anything else is read as the path given. Numbers are strict
+    (``true`` is not 1), every variant is expanded and checked, and sizes are held to :data:`LIMITS`.
+
+    Raises:
+        ScenarioError: An unknown name, an unreadable file or an invalid scenario, in one line naming the file
+            and the field (never the file's contents).
+    """
+    text = str(name_or_path)
+    if NAME_PATTERN.fullmatch(text) and not text.endswith(".json"):
+        known = shipped_scenarios()
+        if text not in known:
+            raise ScenarioError(
+                f"no shipped scenario named {text!r}; shipped scenarios: {', '.join(known)} "
+                "(give a scenario file as a path, e.g. ./my-scenario.json)"
+            )
+        path = SHIPPED / f"{text}.json"
+    else:
+        path = Path(name_or_path)
     try:
-        return Scenario.model_validate_json(path.read_text())
-    except OSError as exc:
-        known = sorted(p.stem for p in SHIPPED.glob("*.json"))
-        raise ScenarioError(f"{path}: cannot read ({exc.strerror or exc}); shipped scenarios: {known}") from exc
+        scenario = Scenario.model_validate_json(read_text(path, limit_bytes=MAX_DOCUMENT_BYTES), strict=True)
+    except InputFileError as exc:
+        raise ScenarioError(str(exc)) from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ScenarioError(f"{path}: {where}: {first['msg']} ({exc.error_count()} error(s))") from None
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p)[:40] for p in first["loc"]) or "(document)"
+        message = " ".join(str(first["msg"]).removeprefix("Value error, ").split())
+        raise ScenarioError(f"{path}: {where}: {message} ({exc.error_count()} error(s))") from None
+    check_limits(scenario, path)
+    try:
+        variants = scenario.expand()
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+    for variant in variants:
+        check_limits(variant, f"{path} (variant {variant.name})")
+    return scenario
 
 
 def shipped_scenarios() -> list[str]:

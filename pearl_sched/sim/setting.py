@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pearl_sched.makespan import MakespanModel, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
+from pearl_sched.makespan import MakespanModel, PearlParams
+from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
@@ -123,17 +123,31 @@ class Setting:
     # -- predictors -----------------------------------------------------------------------------------------
     @functools.cached_property
     def pearl_params(self) -> PearlParams:
+        """PEARL's parameters fitted around the batch's operating point on a mid-sized pool (8 workers)."""
         st = self.stats
+        return self.fit_pearl_params(
+            context_tokens=st.mean_context_tokens,
+            appended_tokens=st.appended_tokens,
+            max_batch=max(2, st.trajectories // 8),
+        )
+
+    def fit_pearl_params(self, *, context_tokens: float, appended_tokens: float, max_batch: int) -> PearlParams:
+        """PEARL's parameters fitted to this setting's step times around an operating point.
+
+        Args:
+            context_tokens: The mean context a decode step sees.
+            appended_tokens: The tokens each turn after the first prefills.
+            max_batch: The largest decode batch per worker the fit samples.
+        """
         composed = self.steps.model
-        per_worker = st.trajectories // 8  # the operating point of a mid-sized pool
         device = fit_device(
             gpu_type=self.gpu_type,
             tp=self.scenario.tp,
             prefill_s=lambda n, c: composed.prefill_s(n, cached_tokens=c),  # type: ignore[attr-defined]
             decode_s=composed.decode_s,  # type: ignore[attr-defined]
-            context_tokens=st.mean_context_tokens,
-            appended_tokens=st.appended_tokens,
-            max_batch=max(2, per_worker),
+            context_tokens=context_tokens,
+            appended_tokens=appended_tokens,
+            max_batch=max_batch,
             kv_capacity=self.kv_capacity_bytes,
         )
         return PearlParams(
@@ -149,13 +163,9 @@ class Setting:
         """``h200`` for the system ``h200_sxm``."""
         return self.scenario.gpu.split("_")[0]
 
-    def predictor(self, name: str) -> MakespanModel:
-        """``pearl`` (PEARL's closed form) or ``improved``."""
-        if name == "pearl":
-            return PearlMakespanModel(self.pearl_params)
-        if name == "improved":
-            return ImprovedMakespanModel(ImprovedParams(pearl=self.pearl_params))
-        raise ValueError(f"unknown predictor {name!r}; choose 'pearl' or 'improved'")
+    def predictor(self, name: str, params: PearlParams | None = None) -> MakespanModel:
+        """``pearl`` (PEARL's closed form) or ``improved``, on ``params`` (default :attr:`pearl_params`)."""
+        return make_predictor(name, params if params is not None else self.pearl_params)
 
     # -- pools and the trainer ------------------------------------------------------------------------------
     def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> Pool:

@@ -35,6 +35,53 @@ class WorkloadDataError(PearlSchedError, ValueError):
 
 
 @dataclass(frozen=True)
+class AgenticTurn:
+    """One row of ``agentic_turns.csv``: a turn of a logged trajectory."""
+
+    source: str
+    trajectory_id: str
+    turn_index: int
+    prompt_tokens: int  # the whole context the turn was prompted with
+    output_tokens: int
+    new_input_tokens: int  # what the turn appended: the first prompt, then each tool observation
+
+
+def read_agentic_turns(path: str | Path) -> tuple[AgenticTurn, ...]:
+    """Every row of ``agentic_turns.csv``, in file order; one clear line if the file is unreadable or malformed."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise WorkloadDataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        return tuple(
+            AgenticTurn(
+                source=row["source"],
+                trajectory_id=row["trajectory_id"],
+                turn_index=int(row["turn_index"]),
+                prompt_tokens=int(row["prompt_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                new_input_tokens=int(row["new_input_tokens"]),
+            )
+            for row in rows
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise WorkloadDataError(f"{path}: malformed row ({exc})") from None
+
+
+def tau_bench_trajectories(rows: tuple[AgenticTurn, ...]) -> dict[str, list[AgenticTurn]]:
+    """The tau-bench rows grouped by trajectory (first seen first), each in turn order."""
+    trajectories: dict[str, list[AgenticTurn]] = {}
+    for row in rows:
+        if row.source.startswith("tau-bench"):
+            trajectories.setdefault(row.trajectory_id, []).append(row)
+    for turns in trajectories.values():
+        turns.sort(key=lambda r: r.turn_index)
+    return trajectories
+
+
+@dataclass(frozen=True)
 class _Shape:
     prompt: int
     appended: tuple[int, ...]  # per turn after the first
@@ -55,31 +102,16 @@ class AgenticTurns:
         if source not in SOURCES:
             raise WorkloadDataError(f"unknown trajectory source {source!r}; known: {', '.join(SOURCES)}")
         path = Path(path)
-        try:
-            with path.open(newline="") as handle:
-                rows = list(csv.DictReader(handle))
-        except OSError as exc:
-            raise WorkloadDataError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        trajectories: dict[str, list[dict[str, str]]] = {}
-        mooncake: list[int] = []
-        try:
-            for row in rows:
-                if row["source"].startswith("tau-bench"):
-                    trajectories.setdefault(row["trajectory_id"], []).append(row)
-                elif row["source"].startswith("mooncake"):
-                    mooncake.append(int(row["output_tokens"]))
-            shapes = []
-            for turns in trajectories.values():
-                turns.sort(key=lambda r: int(r["turn_index"]))
-                shapes.append(
-                    _Shape(
-                        prompt=int(turns[0]["prompt_tokens"]),
-                        appended=tuple(int(r["new_input_tokens"]) for r in turns[1:]),
-                        generated=tuple(max(1, int(r["output_tokens"])) for r in turns),
-                    )
-                )
-        except (KeyError, ValueError) as exc:
-            raise WorkloadDataError(f"{path}: malformed row ({exc})") from None
+        rows = read_agentic_turns(path)
+        mooncake = [r.output_tokens for r in rows if r.source.startswith("mooncake")]
+        shapes = [
+            _Shape(
+                prompt=turns[0].prompt_tokens,
+                appended=tuple(r.new_input_tokens for r in turns[1:]),
+                generated=tuple(max(1, r.output_tokens) for r in turns),
+            )
+            for turns in tau_bench_trajectories(rows).values()
+        ]
         if not shapes:
             raise WorkloadDataError(f"{path}: no tau-bench trajectories")
         if source == "tau-bench+mooncake-outputs" and not mooncake:
