@@ -16,6 +16,9 @@ globals. :func:`plan` runs five steps, each a function here:
    or mode must beat its threshold against that, unless keeping is infeasible (a forced switch);
 5. :func:`_assemble` — map class counts to slots, emit ordered actions, predict the makespan and fill the
    :class:`~pearl_sched.plans.Plan`.
+
+:func:`_settle` then plans the state the actions lead to; if that asks for more, the plan goes straight to
+the settled target, so re-planning a plan's result asks for nothing (docs/reliability.md).
 """
 
 from __future__ import annotations
