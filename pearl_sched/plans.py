@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
+from pearl_sched._compat import StrEnum
 from pearl_sched.makespan import MakespanBreakdown
 from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 
 
 class ActionKind(StrEnum):
-    """Kinds of action, in the order a transition executes them (DESIGN.md §6)."""
+    """Kinds of action, in the order a transition executes them (docs/policies.md)."""
 
     RETURN = "return"
     """Give a borrowed training GPU back (mandatory; drain, release memory, hand to the trainer)."""
