@@ -30,8 +30,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
@@ -145,6 +146,7 @@ class SimCluster:
         self.timeline: list[tuple[float, str, str]] = []
         self.preempted = 0
         self.last_result: BatchResult | None = None
+        self.step = 0  # the step whose batch runs, or is about to launch at a step boundary
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -297,6 +299,7 @@ class SimCluster:
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
             raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
         pool = self.setting.pool(mode, **counts)
+        self.step = step
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
         self.batch_start = self.now
@@ -404,6 +407,15 @@ class SimCluster:
         return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
+@runtime_checkable
+class ClusterBound(Protocol):
+    """A decider that reads the simulated cluster itself (the hindsight oracle), bound before its segment runs."""
+
+    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+        """Give the decider the cluster, the segment's availability changes ``(time_s, rollout GPUs)`` and the
+        dedicated GPUs (the trace counts include them)."""
+
+
 # -- the clock --------------------------------------------------------------------------------------------
 # vidur's shape: a heap of events, each handled by one method of the segment that returns the events it causes.
 
@@ -490,6 +502,7 @@ class _Segment:
         """Decide at the step boundary, launch the step's batch and schedule its decision points."""
         t, step, cluster = event.at_s, event.step, self.cluster
         cluster.now = t
+        cluster.step = step
         cluster.trainer_idle_at = self.train_end_s
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
@@ -620,6 +633,8 @@ def run_segment(
     )
     loop = ControlLoop(cluster, decider)
     run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)
+    if isinstance(decider, ClusterBound):
+        decider.bind(cluster, run.changes, dedicated)
     order = itertools.count()  # simultaneous events run in the order they were scheduled
     queue: list[tuple[float, int, _Event]] = []
 
