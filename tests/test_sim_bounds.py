@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from pearl_sched.control import Event, EventKind
 from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
-from pearl_sched.sim.baselines import POLICIES, HindsightOracle
-from pearl_sched.sim.cluster import run_segment
+from pearl_sched.sim.baselines import POLICIES, FixedColocated, HindsightOracle, RLBoostPlus
+from pearl_sched.sim.cluster import SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, run_scenario, setting_for
+from pearl_sched.state import Zone
 
 from .builders import DATA, Slot, state, tiny
 
@@ -60,3 +63,43 @@ def test_ray_sweep_gives_the_serial_report() -> None:
     a, b = serial.to_json(), distributed.to_json()
     a.pop("wall_s"), b.pop("wall_s")
     assert a == b
+
+
+def test_rlboost_seeding_window_starts_closed_and_opens_by_the_trainer_wait() -> None:
+    """T_seed starts at 0 s: the first batch lends nothing; the trainer then waited for rollout, so the window
+    grows by η × that wait and later batches lend the idle training GPUs colocated, handing them back."""
+    scenario = tiny()
+    setting = setting_for(scenario, DATA)
+    trace = AvailabilityTrace(np.zeros(1), np.array([8.0]), 900.0)
+    rlboost = RLBoostPlus()
+    result = run_segment(setting, trace, rlboost, costs=costs_for(scenario), tick_s=60.0)
+    first_end_s = result.steps[0].rollout_end_s
+    lent = [(t, label) for t, slot, label in result.timeline if slot.startswith("tw")]
+    assert lent and all(t > first_end_s for t, _ in lent), "nothing is lent before the window has grown"
+    assert {label for _, label in lent} == {"colocated", "training"}
+    assert rlboost.seed_s and all(v > 0 for v in rlboost.seed_s.values())
+
+
+def test_planners_see_the_telemetry_refit_after_a_batch_not_the_prior() -> None:
+    """Before any batch the planners' workload is the stated prior; after batch 0 it is batch 0's telemetry as
+    reported per turn (the first accepted step is taken as it is), then an EWMA with batch 1's."""
+    scenario = tiny()
+    setting = setting_for(scenario, DATA)
+    cluster = SimCluster(setting, costs=costs_for(scenario), dedicated_gpus=4, preemptible_gpus=0)
+    assert cluster.observe().workload == setting.workload()
+    turns = []
+    for step in (0, 1):
+        target = FixedColocated("c", (Zone.DEDICATED,)).decide(Event(EventKind.STEP_BOUNDARY, 0), cluster.observe())
+        if target is not None:  # step 1 keeps step 0's workers
+            cluster.apply(target)
+        cluster.launch(step)
+        assert not cluster.advance(math.inf)
+        cluster.finish_batch()
+        turns.append(float(np.mean([len(t.turns) for t in setting.batch(step)])))
+        if step == 0:
+            assert cluster.trajectory_stats is not None
+            assert cluster.trajectory_stats.turns_mean == pytest.approx(turns[0])
+    assert cluster.trajectory_stats is not None and cluster.trajectory_stats.steps == 2
+    assert cluster.trajectory_stats.turns_mean == pytest.approx(0.7 * turns[0] + 0.3 * turns[1])
+    workload = cluster.observe().workload
+    assert workload.turns == pytest.approx(cluster.trajectory_stats.turns_slowest)

@@ -3,8 +3,10 @@
 =================  ==============================================================================================
 ``roll``           ROLL: 4 dedicated rollout GPUs, colocated, never elastic, never borrows.
 ``roll-large``     ROLL with a fixed pool the size of the segment's mean (whole TP groups), colocated.
-``rlboost+``       RLBoost-like: every available preemptible GPU joins at once, colocated, no PD adaptation,
-                   no borrowing (our reading of PEARL's RLBoost+ baseline; the paper does not spell it out).
+``rlboost+``       RLBoost (Wu et al., NSDI'26, arXiv 2510.19225) adapted to asynchronous agentic RL as PEARL's
+                   RLBoost+ is: every available preemptible GPU joins at once, colocated, join-the-shortest-queue
+                   routing, no PD adaptation, and adaptive partial-response seeding on the training cluster
+                   (:class:`RLBoostPlus`).
 ``static-3p5d``    Disaggregated at PEARL's 16-GPU ratio (3P:5D) scaled to whatever is available, elastic,
                    borrows whenever the trainer is idle.
 ``ungated``        pearl_sched's planner, but borrowing without the Eq. 7 gate: it believes toggles are free.
@@ -117,6 +119,90 @@ class FixedColocated:
         if n == 0:
             return None
         target = assign(state, Mode.COLOCATED, (Mode.COLOCATED, 0, 0, n), self.zones)
+        current = {w.id: w.rollout_role for w in state.workers}
+        return None if target.roles() == current else target
+
+
+RLBOOST_ETA = 0.5
+"""η of RLBoost's seeding-window update ``T_seed ← T_seed + η (trainer wait − remote wait)``: our choice (the
+paper adapts the window with a step size it does not fix for this setting)."""
+
+
+class RLBoostPlus:
+    """RLBoost+ (PEARL's baseline): RLBoost's rollout offload, adapted to asynchronous agentic RL, colocated.
+
+    RLBoost (Wu et al., "RLBoost: Harvesting Preemptible Resources for Cost-Efficient Reinforcement Learning on
+    LLMs", NSDI'26, arXiv 2510.19225; code Terra-Flux/PolyRL) runs rollout on preemptible instances next to a
+    reserved training cluster and adapts the reserved cluster's share by *partial-response seeding*: at the start
+    of each step the training cluster generates for a window ``T_seed``, then hands the unfinished responses to the
+    remote instances (one extra prefill of each prefix) and goes back to training; after the step
+    ``T_seed ← T_seed + η (trainer wait − remote wait)``, memoised per number of remote instances; requests are
+    balanced by join-the-shortest-queue.
+
+    What this class borrows, as the simulator expresses it: colocated workers on every available dedicated and
+    preemptible GPU, taken at once and kept (no PD mode, no ratio); the simulator's colocated router, which sends a
+    turn to the worker with the fewest running and queued requests (JSQ); the seeding window as a loan of the
+    idle training GPUs — when training finishes (the trainer is idle, asynchronous staleness 1) they join the
+    batch colocated (PEARL Table 3 activation), and at the first decision point after ``T_seed`` they go back
+    (deactivation), their sequences re-prefilled on the remote workers (the hand-off's extra prefill); the
+    window update after every batch, with trainer wait = how long the training GPUs sat idle after the window
+    until the batch ended, remote wait = how long the batch's workers sat idle after it until the next step
+    could start, memoised per count of remote workers at the window's start, starting at 0 s.
+
+    What it does not: the pull-based weight transfer (the simulator charges PEARL Table 3's preparation and
+    finalisation for a joining worker instead), token-level migration of a preempted worker's responses (the
+    simulator re-prefills the prefix elsewhere, as for any leaving worker), RLBoost's synchronous on-policy loop
+    (here asynchronous, staleness 1, as PEARL runs it); the window ends at the decision-point granularity (the
+    periodic tick), not to the second; η is :data:`RLBOOST_ETA`, our choice.
+    """
+
+    def __init__(self, name: str = "rlboost+", eta: float = RLBOOST_ETA) -> None:
+        self.name = name
+        self.eta = eta
+        self.reason = ""
+        self.seed_s: dict[int, float] = {}  # T_seed per remote-worker count
+        self.cluster: SimCluster | None = None
+        self._window: tuple[float, int] | None = None  # (start, remote workers) of this batch's window
+        self._window_end_s: float | None = None
+
+    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+        """Read the batch's end from ``cluster`` for the window update (the other arguments are not used)."""
+        self.cluster = cluster
+
+    def _update(self, now_s: float) -> None:
+        """After a batch: move the window of the remote count it ran with by η (trainer wait − remote wait)."""
+        cluster = self.cluster
+        if self._window is None or cluster is None or cluster.previous_makespan_s is None:
+            return
+        _, remote = self._window
+        batch_end_s = cluster.batch_start + cluster.previous_makespan_s
+        window_end_s = self._window_end_s if self._window_end_s is not None else batch_end_s
+        trainer_wait_s = max(0.0, batch_end_s - window_end_s)
+        remote_wait_s = max(0.0, now_s - batch_end_s)
+        self.seed_s[remote] = max(0.0, self.seed_s.get(remote, 0.0) + self.eta * (trainer_wait_s - remote_wait_s))
+        self._window = self._window_end_s = None
+
+    def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """Colocated on every remote GPU; the training GPUs join for ``T_seed`` once the trainer is idle."""
+        remote_zones = (Zone.DEDICATED, Zone.PREEMPTIBLE)
+        if event.kind is EventKind.STEP_BOUNDARY:
+            self._update(event.at_s)
+        borrowed = any(zone is Zone.OVERLAP and role is not None for _, zone, role, _ in _slots(state))
+        zones: tuple[Zone, ...] = remote_zones
+        remote = _usable(state, remote_zones)
+        if self._window is None and _lendable(state) and event.kind is not EventKind.STEP_BOUNDARY:
+            self._window = (event.at_s, remote)  # the trainer went idle: the seeding window opens
+        if self._window is not None and self._window_end_s is None:
+            start_s, count = self._window
+            if event.at_s < start_s + self.seed_s.get(count, 0.0) and _lendable(state):
+                zones = (*remote_zones, Zone.OVERLAP)
+            elif borrowed or event.at_s >= start_s:
+                self._window_end_s = event.at_s  # hand the seeded responses back to the remote workers
+        n = _usable(state, zones)
+        if n == 0:
+            return None
+        self.reason = f"colocated on {n} workers; seeding window {self.seed_s.get(remote, 0.0):.0f} s"
+        target = assign(state, Mode.COLOCATED, (Mode.COLOCATED, 0, 0, n), zones)
         current = {w.id: w.rollout_role for w in state.workers}
         return None if target.roles() == current else target
 
@@ -337,9 +423,8 @@ POLICIES: dict[str, PolicySpec] = {
         ),
         PolicySpec(
             "rlboost+",
-            lambda st, c, p: FixedColocated("rlboost+", (Zone.DEDICATED, Zone.PREEMPTIBLE)),
-            allow_borrow=False,
-            description="elastic over preemptible GPUs, colocated, no borrowing",
+            lambda st, c, p: RLBoostPlus(),
+            description="RLBoost adapted (PEARL): preemptible GPUs colocated, JSQ, adaptive seeding on training GPUs",
         ),
         PolicySpec(
             "static-3p5d",

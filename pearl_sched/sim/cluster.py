@@ -37,10 +37,14 @@ from typing import Protocol, runtime_checkable
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError
+from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, refit
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
-from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone, ratio_label
+from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone, ratio_label
+
+TELEMETRY_ALPHA = 0.3
+"""The EWMA weight of each step's telemetry in the planners' workload estimate (profiles/telemetry.py default)."""
 
 TRAINING = "training"
 
@@ -147,6 +151,8 @@ class SimCluster:
         self.preempted = 0
         self.last_result: BatchResult | None = None
         self.step = 0  # the step whose batch runs, or is about to launch at a step boundary
+        self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
+        self.telemetry_rejections: list[str] = []
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -182,7 +188,7 @@ class SimCluster:
         return ClusterState(
             gpus=tuple(gpus),
             workers=tuple(workers),
-            workload=self.setting.workload(unfinished=unfinished, bubble_ratio=self.bubble_ratio),
+            workload=self.workload(unfinished),
             budget=Budget(max_gpus=usable, allow_borrow=self.allow_borrow),
         )
 
@@ -228,6 +234,45 @@ class SimCluster:
             "generated_tokens": float(result.generated_tokens),
             "finished": float(result.finished),
         }
+
+    def workload(self, unfinished: int | None = None) -> Workload:
+        """What the planners know of the batch: the telemetry refit once a batch has finished, else the prior.
+
+        The prior (first batch only) is the workload's statistics as the orchestrator logs them from the trajectory
+        data (:meth:`Setting.workload`); after every batch the cluster reports per-turn telemetry (turns, appended,
+        generated and retained tokens, environment time, the decoding fraction) and
+        :func:`~pearl_sched.profiles.telemetry.refit` folds it in with an EWMA (α = :data:`TELEMETRY_ALPHA`).
+        """
+        stats = self.trajectory_stats
+        if stats is None:
+            return self.setting.workload(unfinished=unfinished, bubble_ratio=self.bubble_ratio)
+        size = self.setting.scenario.trajectories_per_step
+        return stats.workload(
+            batch_size=size,
+            unfinished=size if unfinished is None else unfinished,
+            kv_bytes_per_token=self.setting.kv_bytes_per_token,
+        )
+
+    def report_telemetry(self, step: int, result: BatchResult) -> None:
+        """Refit the planners' workload from the finished batch's per-turn telemetry (rejected rows are logged)."""
+        rows: dict[str, list[float]] = {name: [] for name in TELEMETRY_COLUMNS}
+        for index, spec in enumerate(self.setting.batch(step)):
+            context = 0
+            for turn, u in enumerate(spec.turns):
+                context += u.appended_tokens + u.generated_tokens
+                for name, value in zip(
+                    TELEMETRY_COLUMNS,
+                    (step, index, turn, u.appended_tokens, u.generated_tokens, context, u.env_after_s),
+                    strict=True,
+                ):
+                    rows[name].append(float(value))
+        fraction = None
+        if result.finished == result.trajectories and math.isfinite(result.bubble_ratio):
+            fraction = 1.0 / (1.0 + result.bubble_ratio)
+        fitted = refit(self.trajectory_stats, rows, alpha=TELEMETRY_ALPHA, decoding_fraction=fraction)
+        if not fitted.accepted:
+            self.telemetry_rejections.append(f"step {step}: {fitted.reason}")
+        self.trajectory_stats = fitted.stats
 
     # -- transitions ----------------------------------------------------------------------------------------
     def _delay(self, slot: _Slot, old: Role | None, new: Role) -> float:
@@ -398,6 +443,7 @@ class SimCluster:
         self.previous_makespan_s = result.makespan_s
         if result.finished == result.trajectories and math.isfinite(result.bubble_ratio):
             self.bubble_ratio = result.bubble_ratio
+        self.report_telemetry(self.step, result)
         back = max([end, *(s.back_at for s in self.slots if s.zone is Zone.OVERLAP)])
         return result, back, borrowed
 
