@@ -7,12 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from pearl_sched.control import Event, EventKind
+from pearl_sched.control import Event, EventKind, PlannerDecider
 from pearl_sched.errors import SimulationError
+from pearl_sched.makespan import DeviceParams, PearlMakespanModel
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES, FixedColocated, HindsightOracle, RLBoostPlus
-from pearl_sched.sim.cluster import SimCluster, run_segment
+from pearl_sched.sim.cluster import ObservedStepTimes, SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, run_scenario, setting_for
+from pearl_sched.sim.steptimes import LinearStepTimes
 from pearl_sched.state import Zone
 
 from .builders import DATA, Slot, state, tiny
@@ -103,3 +105,40 @@ def test_planners_see_the_telemetry_refit_after_a_batch_not_the_prior() -> None:
     assert cluster.trajectory_stats.turns_mean == pytest.approx(0.7 * turns[0] + 0.3 * turns[1])
     workload = cluster.observe().workload
     assert workload.turns == pytest.approx(cluster.trajectory_stats.turns_slowest)
+
+
+def test_observed_step_times_recover_a_linear_world() -> None:
+    """On PEARL-linear step times the fit from recorded steps is the world's own parameters."""
+    world = DeviceParams(
+        gpu_type="h200",
+        tp=2,
+        prefill_s_per_token=2e-5,
+        decode_iteration_s=0.004,
+        decode_per_seq_s=3e-5,
+        kv_capacity_bytes=1e11,
+    )
+    observed = ObservedStepTimes(LinearStepTimes(world))
+    for n in (1, 5, 17, 64):
+        observed.decode_s(n, 1000.0)
+        observed.prefill_s(100.0 * n, n, 0.0)
+    prior = world.model_copy(update={"prefill_s_per_token": 1.0, "decode_iteration_s": 1.0, "decode_per_seq_s": 1.0})
+    fitted = observed.fit(prior)
+    assert fitted is not None
+    assert fitted.prefill_s_per_token == pytest.approx(2e-5)
+    assert fitted.decode_iteration_s == pytest.approx(0.004)
+    assert fitted.decode_per_seq_s == pytest.approx(3e-5)
+    observed.reset()
+    observed.decode_s(8, 1000.0)
+    assert observed.fit(prior) is None, "one decode batch size cannot separate A from b"
+
+
+def test_planners_plan_on_parameters_refitted_from_observed_steps() -> None:
+    scenario = tiny()
+    setting = setting_for(scenario, DATA)
+    trace = AvailabilityTrace(np.zeros(1), np.array([8.0]), 900.0)
+    decider = PlannerDecider("pearl", setting.predictor("pearl"), backend="enumeration", costs=costs_for(scenario))
+    result = run_segment(setting, trace, decider, costs=costs_for(scenario), tick_s=300.0)
+    assert len(result.steps) >= 2
+    assert isinstance(decider.model, PearlMakespanModel)
+    assert decider.model.params.source == "refitted from observed steps"
+    assert decider.model.params.devices[0] != setting.pearl_params.devices[0]

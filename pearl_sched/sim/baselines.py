@@ -331,7 +331,7 @@ class HindsightOracle:
     def candidates(self, state: ClusterState, modes: Sequence[Mode]) -> list[Assignment]:
         """Every candidate target: borrow or not, colocated on all usable workers, or P:D on the share grid."""
         out: list[Assignment] = []
-        options = [(Zone.DEDICATED, Zone.PREEMPTIBLE)]
+        options: list[tuple[Zone, ...]] = [(Zone.DEDICATED, Zone.PREEMPTIBLE)]
         if _lendable(state):
             options.append((Zone.DEDICATED, Zone.PREEMPTIBLE, Zone.OVERLAP))
         for zones in options:

@@ -27,6 +27,7 @@ counted as such, never lost.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -37,10 +38,14 @@ from typing import Protocol, runtime_checkable
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError
+from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
+from pearl_sched.makespan_improved import ImprovedMakespanModel
+from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, refit
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
+from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone, ratio_label
 
 TELEMETRY_ALPHA = 0.3
@@ -59,6 +64,57 @@ class _Slot:
     ready_at: float = 0.0  # when its current role becomes effective
     index: int | None = None  # its worker index in the running batch (None: not in it yet)
     back_at: float = 0.0  # overlap: when the trainer has it again
+
+
+class ObservedStepTimes:
+    """The world's step times as the workers report them: each prefill batch and decode iteration is recorded.
+
+    Only sufficient statistics are kept (PEARL's linear forms are least-squares fits), so a copy is cheap.
+    """
+
+    def __init__(self, world: StepTimes) -> None:
+        self.world = world
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the samples (after each batch's refit)."""
+        self.prefill_nt = self.prefill_nn = 0.0  # Σ new tokens × s, Σ new tokens²
+        self.decode_k = 0
+        self.decode_b = self.decode_bb = self.decode_t = self.decode_bt = 0.0
+
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """The world's prefill time, recorded."""
+        seconds = self.world.prefill_s(new_tokens, sequences, cached_tokens)
+        self.prefill_nt += new_tokens * seconds
+        self.prefill_nn += new_tokens * new_tokens
+        return seconds
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        """The world's decode-iteration time, recorded."""
+        seconds = self.world.decode_s(batch, context_tokens)
+        self.decode_k += 1
+        self.decode_b += batch
+        self.decode_bb += batch * batch
+        self.decode_t += seconds
+        self.decode_bt += batch * seconds
+        return seconds
+
+    def fit(self, prior: DeviceParams) -> DeviceParams | None:
+        """PEARL's ``t_p`` and ``A + b·n`` fitted to this batch's samples (None without two batch sizes)."""
+        k = self.decode_k
+        spread = k * self.decode_bb - self.decode_b**2
+        if self.prefill_nn <= 0 or k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
+            return None
+        per_sequence = (k * self.decode_bt - self.decode_b * self.decode_t) / spread
+        per_sequence = max(per_sequence, 1e-12)
+        fixed = max(0.0, (self.decode_t - per_sequence * self.decode_b) / k)
+        return prior.model_copy(
+            update={
+                "prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12),
+                "decode_iteration_s": fixed,
+                "decode_per_seq_s": per_sequence,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -153,6 +209,9 @@ class SimCluster:
         self.step = 0  # the step whose batch runs, or is about to launch at a step boundary
         self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
         self.telemetry_rejections: list[str] = []
+        self.observed = ObservedStepTimes(setting.steps)
+        self.pearl_params: PearlParams = setting.pearl_params  # the prior until a batch has been observed
+        self.refits = 0
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -273,6 +332,27 @@ class SimCluster:
         if not fitted.accepted:
             self.telemetry_rejections.append(f"step {step}: {fitted.reason}")
         self.trajectory_stats = fitted.stats
+        self._refit_device()
+
+    def _refit_device(self) -> None:
+        """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first)."""
+        prior = self.pearl_params.devices[0]
+        observed = self.observed.fit(prior)
+        if observed is None:
+            self.telemetry_rejections.append(f"step {self.step}: too few decode batch sizes to refit step times")
+            return
+        if self.refits:
+            a = TELEMETRY_ALPHA
+            observed = observed.model_copy(
+                update={
+                    name: (1 - a) * getattr(prior, name) + a * getattr(observed, name)
+                    for name in ("prefill_s_per_token", "decode_iteration_s", "decode_per_seq_s")
+                }
+            )
+        self.refits += 1
+        self.pearl_params = self.pearl_params.model_copy(
+            update={"devices": (observed, *self.pearl_params.devices[1:]), "source": "refitted from observed steps"}
+        )
 
     # -- transitions ----------------------------------------------------------------------------------------
     def _delay(self, slot: _Slot, old: Role | None, new: Role) -> float:
@@ -343,7 +423,8 @@ class SimCluster:
             counts = {"prefill": max(1, len(by_role[Role.PREFILL])), "decode": max(1, len(by_role[Role.DECODE]))}
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
             raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
-        pool = self.setting.pool(mode, **counts)
+        pool = dataclasses.replace(self.setting.pool(mode, **counts), step_times=self.observed)
+        self.observed.reset()
         self.step = step
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
@@ -453,6 +534,15 @@ class SimCluster:
         return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
+def _refresh_model(decider: Decider, params: PearlParams) -> None:
+    """A planner's makespan model on the parameters refitted from telemetry (other deciders have none)."""
+    model = getattr(decider, "model", None)
+    if isinstance(model, ImprovedMakespanModel) and model.params.pearl is not params:
+        decider.model = make_predictor("improved", params)  # type: ignore[attr-defined]
+    elif isinstance(model, PearlMakespanModel) and model.params is not params:
+        decider.model = make_predictor("pearl", params)  # type: ignore[attr-defined]
+
+
 @runtime_checkable
 class ClusterBound(Protocol):
     """A decider that reads the simulated cluster itself (the hindsight oracle), bound before its segment runs."""
@@ -550,6 +640,7 @@ class _Segment:
         cluster.now = t
         cluster.step = step
         cluster.trainer_idle_at = self.train_end_s
+        _refresh_model(self.loop.decider, cluster.pearl_params)
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):
