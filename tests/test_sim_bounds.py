@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pearl_sched.control import Event, EventKind, PlannerDecider
-from pearl_sched.errors import SimulationError
+from pearl_sched.errors import MissingExtraError, SimulationError
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES, FixedColocated, HindsightOracle, RLBoostPlus
@@ -142,3 +144,17 @@ def test_planners_plan_on_parameters_refitted_from_observed_steps() -> None:
     assert isinstance(decider.model, PearlMakespanModel)
     assert decider.model.params.source == "refitted from observed steps"
     assert decider.model.params.devices[0] != setting.pearl_params.devices[0]
+
+
+def test_without_the_ray_extra_ray_sweeps_name_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``None`` in sys.modules makes ``import ray`` fail as on a machine without the extra."""
+    from typer.testing import CliRunner
+
+    from pearl_sched.cli import app
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    result = CliRunner().invoke(app, ["simulate", "e2e", "--ray", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "pearl-sched[ray]" in result.output
+    with pytest.raises(MissingExtraError, match=r"pearl-sched\[ray\]"):
+        run_scenario(tiny(), ["roll"], DATA, ray=True)
