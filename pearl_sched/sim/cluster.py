@@ -210,7 +210,7 @@ class SimCluster:
         self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
         self.telemetry_rejections: list[str] = []
         self.observed = ObservedStepTimes(setting.steps)
-        self.pearl_params: PearlParams = setting.pearl_params  # the prior until a batch has been observed
+        self.pearl_params: PearlParams | None = None  # refitted from observed steps; None: the planners' prior
         self.refits = 0
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
@@ -336,22 +336,34 @@ class SimCluster:
 
     def _refit_device(self) -> None:
         """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first)."""
-        prior = self.pearl_params.devices[0]
-        observed = self.observed.fit(prior)
+        setting = self.setting
+        previous = self.pearl_params.devices[0] if self.pearl_params is not None else None
+        template = previous or DeviceParams(
+            gpu_type=setting.gpu_type,
+            tp=self.tp,
+            prefill_s_per_token=1.0,
+            decode_iteration_s=1.0,
+            decode_per_seq_s=1.0,
+            kv_capacity_bytes=setting.kv_capacity_bytes,
+        )
+        observed = self.observed.fit(template)
         if observed is None:
             self.telemetry_rejections.append(f"step {self.step}: too few decode batch sizes to refit step times")
             return
-        if self.refits:
+        if previous is not None:
             a = TELEMETRY_ALPHA
             observed = observed.model_copy(
                 update={
-                    name: (1 - a) * getattr(prior, name) + a * getattr(observed, name)
+                    name: (1 - a) * getattr(previous, name) + a * getattr(observed, name)
                     for name in ("prefill_s_per_token", "decode_iteration_s", "decode_per_seq_s")
                 }
             )
-        self.refits += 1
-        self.pearl_params = self.pearl_params.model_copy(
-            update={"devices": (observed, *self.pearl_params.devices[1:]), "source": "refitted from observed steps"}
+        self.pearl_params = PearlParams(
+            devices=(observed,),
+            switch_overhead_s=0.0,
+            kv_bandwidth_bytes_per_s=setting.link_bytes_per_s,
+            kv_bandwidth_per_prefill_worker=True,
+            source="refitted from observed steps",
         )
 
     # -- transitions ----------------------------------------------------------------------------------------
@@ -640,7 +652,8 @@ class _Segment:
         cluster.now = t
         cluster.step = step
         cluster.trainer_idle_at = self.train_end_s
-        _refresh_model(self.loop.decider, cluster.pearl_params)
+        if cluster.pearl_params is not None:
+            _refresh_model(self.loop.decider, cluster.pearl_params)
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):
