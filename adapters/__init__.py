@@ -19,11 +19,15 @@ from typing import Any
 
 _EXPORTS = {
     "AdapterError": "http",
+    "InvalidArgumentError": "http",
     "GatewayClient": "http",
     "SGLangServerClient": "http",
     "Gateway": "gateway",
     "Registration": "gateway",
     "Journal": "journal",
+    "JournalError": "journal",
+    "JournalLockedError": "journal",
+    "ForeignJournalError": "journal",
     "ServerSpec": "launcher",
     "SubprocessLauncher": "launcher",
     "RayLauncher": "ray_launcher",

@@ -23,11 +23,16 @@ Run it like SGLang: ``python -m pearl_sched.adapters.fake_sglang --model-path M 
 [--disaggregation-mode prefill --disaggregation-bootstrap-port B] [--enable-pd-role-switch] …`` (the same flags
 ``sglang.launch_server`` takes, so a launcher can start either), or in-process with :meth:`start`.
 Fault injection for tests: ``--fake-fail-start``, ``--fake-fail-role-switch``, ``--fake-startup-delay``.
+
+Like SGLang, with ``--api-key`` every route but ``/health*`` and ``/metrics*`` answers 401 without
+``Authorization: Bearer <key>``. A decode fake fetches a room's "KV" only from a loopback address or its own
+host, never from another host a request names.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import itertools
 import json
 import logging
@@ -45,6 +50,7 @@ logger = logging.getLogger("pearl_sched.adapters.fake_sglang")
 
 VERSION = "0.5.21"
 ROLE_SWITCH_BACKENDS = ("mooncake", "mori")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
@@ -71,6 +77,7 @@ class FakeConfig:
     fail_start: bool = False
     fail_role_switch: bool = False
     kv_wait_s: float = 10.0
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -222,6 +229,10 @@ class FakeSGLangServer:
                 with self.lock:
                     s.rooms.setdefault(room, threading.Event()).set()  # KV ready for the decode side
                 request.max_new_tokens = 1
+            elif s.role == "decode" and str(body["bootstrap_host"]) not in (*LOOPBACK, c.host):
+                return 400, {
+                    "error": f"bootstrap_host {body['bootstrap_host']!r} is not loopback or this server's host"
+                }
             elif s.role == "decode" and not _fetch_kv(
                 body["bootstrap_host"], int(body["bootstrap_port"]), room, c.kv_wait_s
             ):
@@ -386,8 +397,20 @@ class _Base(BaseHTTPRequestHandler):
 
 def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
     class Handler(_Base):
+        def authorized(self, path: str) -> bool:
+            """SGLang's rule: with an API key, only /health* and /metrics* are open."""
+            key = fake.config.api_key
+            if key is None or path.startswith(("/health", "/metrics")):
+                return True
+            if hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {key}"):
+                return True
+            self.reply(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
+            if not self.authorized(path):
+                return
             if path in ("/health", "/health_generate"):
                 self.reply(503 if fake.state.released else 200, {})
             elif path in ("/server_info", "/get_server_info"):
@@ -414,6 +437,8 @@ def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path = self.path.split("?")[0]
+            if not self.authorized(path):
+                return
             body = self.body()
             routes: dict[str, Callable[[], tuple[int, dict[str, Any]]]] = {
                 "/generate": lambda: fake.generate(body),
@@ -483,6 +508,7 @@ def parse_args(argv: list[str]) -> FakeConfig:
     p.add_argument("--fake-fail-start", action="store_true")
     p.add_argument("--fake-fail-role-switch", action="store_true")
     p.add_argument("--fake-version", default=VERSION)
+    p.add_argument("--api-key")
     args, _ = p.parse_known_args(argv)
     return FakeConfig(
         model_path=args.model_path,
@@ -501,6 +527,7 @@ def parse_args(argv: list[str]) -> FakeConfig:
         startup_delay_s=args.fake_startup_delay,
         fail_start=args.fake_fail_start,
         fail_role_switch=args.fake_fail_role_switch,
+        api_key=args.api_key,
     )
 
 

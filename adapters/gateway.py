@@ -3,6 +3,11 @@
 :class:`Gateway` starts the real ``smg`` binary in regular or PD mode, stops it, and keeps its worker set
 equal to what a plan says (:meth:`Gateway.sync`): registration and removal are asynchronous in the gateway, so
 each is polled to completion (a removed URL is re-added only after the gateway answers 404 for it).
+
+With an API key (``api_key``, by default ``$PEARL_SCHED_API_KEY``) the gateway is started with ``--api-key``:
+smg then requires ``Authorization: Bearer <key>`` on its data and worker APIs (``/health`` stays open); each
+worker is registered with the same key (``api_key`` in ``POST /workers``), which smg needs to reach a worker
+started with ``--api-key``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pearl_sched.adapters.http import AdapterError, GatewayClient, poll
+from pearl_sched.adapters.http import (
+    FROM_ENV,
+    AdapterError,
+    FromEnv,
+    GatewayClient,
+    poll,
+    resolve_api_key,
+    validate_host,
+    validate_port,
+)
 from pearl_sched.adapters.launcher import stop_process_group
 
 
@@ -55,14 +69,16 @@ class Gateway:
         binary: str | None = None,
         log_dir: str | Path | None = None,
         timeout_s: float = 10.0,
+        api_key: str | FromEnv | None = FROM_ENV,
     ) -> None:
-        self.host, self.port, self.pd, self.policy = host, port, pd, policy
-        self.metrics_port = metrics_port if metrics_port is not None else port + 1
+        self.host, self.port, self.pd, self.policy = validate_host(host), validate_port(port), pd, policy
+        self.metrics_port = validate_port(metrics_port if metrics_port is not None else port + 1)
         self.binary = binary
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="pearl-sched-smg-"))
         self.timeout_s = timeout_s
         self.process: subprocess.Popen[bytes] | None = None
-        self.client = GatewayClient(self.url, timeout_s=timeout_s)
+        self.api_key = resolve_api_key(api_key)
+        self.client = GatewayClient(self.url, timeout_s=timeout_s, api_key=self.api_key)
         self._removing: dict[str, str] = {}  # url → id of a registration being removed
 
     @property
@@ -90,12 +106,14 @@ class Gateway:
         ]
         if self.pd:
             argv.append("--pd-disaggregation")
+        if self.api_key is not None:
+            argv += ["--api-key", self.api_key]
         return argv
 
     def start(self, *, ready_timeout_s: float = 60.0) -> Gateway:
         argv = self.argv()
         log_path = self.log_dir / f"smg-{self.port}.log"
-        with log_path.open("wb") as log:
+        with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
         def ready() -> bool:
@@ -146,7 +164,9 @@ class Gateway:
         if url in self._removing:
             self.client.wait_gone(self._removing.pop(url))
         reg = registration
-        return self.client.add(url, reg.worker_type, reg.bootstrap_port, ready_timeout_s=ready_timeout_s)
+        return self.client.add(
+            url, reg.worker_type, reg.bootstrap_port, ready_timeout_s=ready_timeout_s, worker_api_key=self.api_key
+        )
 
     def deregister(self, url: str, *, wait: bool = False) -> None:
         """Stop routing to ``url`` now; the gateway finishes the removal in the background (about 5 s)."""

@@ -9,9 +9,13 @@ never a bare transport exception.
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from pearl_sched.errors import PearlSchedError
 
@@ -28,6 +32,92 @@ class AdapterError(PearlSchedError):
     """A server or the gateway did not do what was asked; the message names the endpoint and the cause."""
 
 
+class InvalidArgumentError(PearlSchedError, ValueError):
+    """A host, URL, port, API key, model path or server flag that is malformed or could inject flags."""
+
+
+API_KEY_ENV = "PEARL_SCHED_API_KEY"
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+_API_KEY = re.compile(r"[\x21-\x7e]{8,512}")  # printable, no spaces: it goes into a header and an argv
+
+
+def validate_host(host: str, *, what: str = "host") -> str:
+    """``host`` if it is an IP address or a DNS name; :class:`InvalidArgumentError` otherwise."""
+    if isinstance(host, str):
+        with_brackets = host.startswith("[") and host.endswith("]")
+        try:
+            ipaddress.ip_address(host[1:-1] if with_brackets else host)
+            return host
+        except ValueError:
+            if not with_brackets and _HOSTNAME.fullmatch(host):
+                return host
+    raise InvalidArgumentError(f"{what} {host!r} is not an IP address or a DNS name")
+
+
+def validate_port(port: int, *, what: str = "port") -> int:
+    """``port`` if it is an int in 1-65535; :class:`InvalidArgumentError` otherwise."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgumentError(f"{what} {port!r} is not a TCP port (1-65535)")
+    return port
+
+
+def validate_url(url: str, *, what: str = "URL") -> str:
+    """``url`` without a trailing slash if it is ``http(s)://host[:port]`` and nothing more.
+
+    Raises:
+        InvalidArgumentError: Another scheme, credentials, a path, query or fragment, or a bad host or port.
+    """
+    if not isinstance(url, str) or any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise InvalidArgumentError(f"{what} {url!r} has spaces or control characters")
+    parts = urlsplit(url.rstrip("/"))
+    if parts.scheme not in ("http", "https"):
+        raise InvalidArgumentError(f"{what} {url!r} must start with http:// or https://")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidArgumentError(f"{what} {url!r} must not carry credentials (use an API key)")
+    if parts.path or parts.query or parts.fragment:
+        raise InvalidArgumentError(f"{what} {url!r} must be scheme://host:port with no path, query or fragment")
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidArgumentError(f"{what} {url!r} has a port that is not 1-65535") from None
+    validate_host(parts.hostname or "", what=f"{what} {url!r}: host")
+    if port is not None:
+        validate_port(port, what=f"{what} {url!r}: port")
+    return url.rstrip("/")
+
+
+def validate_api_key(key: str, *, what: str = "API key") -> str:
+    """``key`` if it is 8-512 printable non-space ASCII characters; the error never shows the key."""
+    if not isinstance(key, str) or not _API_KEY.fullmatch(key):
+        raise InvalidArgumentError(f"{what} must be 8-512 printable ASCII characters without spaces")
+    return key
+
+
+class FromEnv:
+    """The default of an ``api_key`` parameter: read ``$PEARL_SCHED_API_KEY`` (None passes no key)."""
+
+    def __repr__(self) -> str:
+        return "FROM_ENV"
+
+
+FROM_ENV = FromEnv()
+
+
+def resolve_api_key(api_key: str | FromEnv | None) -> str | None:
+    """``api_key`` validated, or the environment's key for :data:`FROM_ENV`."""
+    if isinstance(api_key, FromEnv):
+        return api_key_from_env()
+    return validate_api_key(api_key) if api_key is not None else None
+
+
+def api_key_from_env() -> str | None:
+    """The API key in ``$PEARL_SCHED_API_KEY`` (validated), or None when it is unset or empty."""
+    key = os.environ.get(API_KEY_ENV)
+    return validate_api_key(key, what=f"${API_KEY_ENV}") if key else None
+
+
 class _Retryable(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}")
@@ -41,12 +131,21 @@ def _retryable(exc: BaseException) -> bool:
 class _Client:
     """Shared plumbing: a base URL, timeouts and the retry policy."""
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0, attempts: int = 4, backoff_s: float = 0.2) -> None:
-        self.url = url.rstrip("/")
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 10.0,
+        attempts: int = 4,
+        backoff_s: float = 0.2,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = validate_url(url)
         self.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self.http = httpx.Client(base_url=self.url, timeout=self.timeout)
+        headers = {"Authorization": f"Bearer {validate_api_key(api_key)}"} if api_key is not None else None
+        self.http = httpx.Client(base_url=self.url, timeout=self.timeout, headers=headers)
 
     def close(self) -> None:
         self.http.close()
@@ -260,12 +359,24 @@ class GatewayClient(_Client):
         return None if response.status_code == 404 else dict(response.json())
 
     def add(
-        self, url: str, worker_type: str, bootstrap_port: int | None = None, *, ready_timeout_s: float = 60.0
+        self,
+        url: str,
+        worker_type: str,
+        bootstrap_port: int | None = None,
+        *,
+        ready_timeout_s: float = 60.0,
+        worker_api_key: str | None = None,
     ) -> str:
-        """``POST /workers`` and wait until the worker is ready; returns its id."""
-        payload: dict[str, Any] = {"url": url, "worker_type": worker_type}
+        """``POST /workers`` and wait until the worker is ready; returns its id.
+
+        smg reaches a worker started with ``--api-key`` only with the key in its registration
+        (``worker_api_key``): its own ``--api-key`` does not cover worker discovery.
+        """
+        payload: dict[str, Any] = {"url": validate_url(url, what="worker URL"), "worker_type": worker_type}
         if bootstrap_port is not None:
             payload["bootstrap_port"] = bootstrap_port
+        if worker_api_key is not None:
+            payload["api_key"] = worker_api_key
         data = self.call("POST", "/workers", json=payload, idempotent=True).json()
         worker_id = str(data["worker_id"])
 

@@ -3,13 +3,20 @@
 :func:`server_argv` turns a :class:`ServerSpec` into ``sglang.launch_server`` flags (DESIGN.md §11). A
 :class:`Launcher` runs it: :class:`SubprocessLauncher` on this machine with ``CUDA_VISIBLE_DEVICES`` set to
 the worker's GPUs, :class:`~pearl_sched.adapters.ray_launcher.RayLauncher` on any node of a Ray cluster.
-``start`` returns once the server answers ``/health``, or raises :class:`AdapterError` with the tail of its
+``start`` returns once the server answers ``/health`` *and* the process it launched is the one listening on
+the port (another process answering there does not count), or raises :class:`AdapterError` with the tail of its
 output if it exits or times out first.
+
+Every value that goes into the argv is validated first (:class:`InvalidArgumentError`): a model path cannot
+start with ``-``, hosts and ports must be hosts and ports, and ``extra_args`` — passed after the server's own
+flags — may not set (or abbreviate) a flag :func:`server_argv` sets itself, so they cannot rebind the server to
+another address or drop its API key.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,10 +26,57 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-from pearl_sched.adapters.http import AdapterError, SGLangServerClient, poll
+from pearl_sched.adapters.http import (
+    AdapterError,
+    InvalidArgumentError,
+    SGLangServerClient,
+    poll,
+    validate_api_key,
+    validate_host,
+    validate_port,
+)
+from pearl_sched.adapters.processes import owns_listening_port
 
 SGLANG = (sys.executable, "-m", "sglang.launch_server")
 FAKE = (sys.executable, "-m", "pearl_sched.adapters.fake_sglang")
+
+# Flags server_argv sets itself: extra_args may not repeat them (argparse keeps the last) nor abbreviate them.
+RESERVED_FLAGS = (
+    "--model-path",
+    "--host",
+    "--port",
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--base-gpu-id",
+    "--api-key",
+    "--disaggregation-mode",
+    "--disaggregation-transfer-backend",
+    "--disaggregation-bootstrap-port",
+)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_server_args(model_path: str, extra_args: Sequence[str]) -> None:
+    """Refuse a model path or extra arguments that could inject or override server flags.
+
+    Raises:
+        InvalidArgumentError: ``model_path`` is empty, starts with ``-`` or holds control characters; or an
+            extra argument is not a string, holds control characters, or sets or abbreviates a reserved flag.
+    """
+    if not isinstance(model_path, str) or not model_path.strip() or model_path.startswith("-"):
+        raise InvalidArgumentError(f"model_path {model_path!r} must be a path or model id, not empty or a flag")
+    if not model_path.isprintable():
+        raise InvalidArgumentError(f"model_path {model_path!r} holds control characters")
+    if isinstance(extra_args, str):
+        raise InvalidArgumentError("extra_args must be a sequence of arguments, not one string")
+    for arg in extra_args:
+        if not isinstance(arg, str) or not arg.isprintable():
+            raise InvalidArgumentError(f"extra argument {arg!r} must be a string of printable characters")
+        name = arg.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 2 and any(flag.startswith(name) for flag in RESERVED_FLAGS):
+            raise InvalidArgumentError(
+                f"extra argument {arg!r} sets a flag pearl_sched sets itself ({', '.join(RESERVED_FLAGS)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -41,6 +95,22 @@ class ServerSpec:
     enable_memory_saver: bool = False
     extra_args: tuple[str, ...] = ()
     node: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slot, str) or not _NAME.fullmatch(self.slot):
+            raise InvalidArgumentError(f"slot name {self.slot!r} must be letters, digits, '.', '_' or '-'")
+        validate_host(self.host, what=f"server {self.slot}: host")
+        validate_port(self.port, what=f"server {self.slot}: port")
+        if self.bootstrap_port is not None:
+            validate_port(self.bootstrap_port, what=f"server {self.slot}: bootstrap port")
+        if not _NAME.fullmatch(self.transfer_backend):
+            raise InvalidArgumentError(f"server {self.slot}: transfer backend {self.transfer_backend!r} is not a name")
+        if not self.gpu_ids or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.gpu_ids):
+            raise InvalidArgumentError(f"server {self.slot}: gpu_ids {self.gpu_ids!r} must be device indices")
+        if self.api_key is not None:
+            validate_api_key(self.api_key, what=f"server {self.slot}: API key")
+        check_server_args(self.model_path, self.extra_args)
 
     @property
     def url(self) -> str:
@@ -74,7 +144,9 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
         raise ValueError(f"server role must be regular, prefill or decode, not {spec.role!r}")
     if spec.enable_memory_saver:
         argv.append("--enable-memory-saver")
-    argv += list(spec.extra_args)
+    if spec.api_key is not None:
+        argv += ["--api-key", spec.api_key]  # SGLang then requires it on every route but /health and /metrics
+    argv += list(spec.extra_args)  # last, and checked in ServerSpec to set none of the flags above
     return argv
 
 
@@ -124,21 +196,42 @@ class SubprocessLauncher:
         argv = server_argv(spec, self.command)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpu_ids)}
         log_path = self.log_dir / f"{spec.slot}-{spec.port}.log"
-        log = log_path.open("wb")
+        log = os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")  # it may log its args
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         handle = ProcessHandle(spec, process, log, log_path)
         client = SGLangServerClient(spec.url, timeout_s=2.0, attempts=1)
+        impostor = False  # something answered /health on the port that is not our process
         try:
 
             def ready() -> bool:
+                nonlocal impostor
                 if process.poll() is not None:
+                    held = " (another process answers on its port)" if impostor else ""
                     raise AdapterError(
                         f"server {spec.slot} ({' '.join(argv[:3])} … --port {spec.port}) exited with code"
-                        f" {process.returncode} before it was ready:\n{handle.tail()}"
+                        f" {process.returncode} before it was ready{held}:\n{handle.tail()}"
                     )
-                return client.healthy()
+                if not client.healthy():
+                    return False
+                if owns_listening_port(process.pid, spec.port):
+                    return True
+                impostor = True
+                return False
 
-            poll(ready, timeout_s=ready_timeout_s, every_s=0.1, what=f"server {spec.slot} on {spec.url} to be healthy")
+            try:
+                poll(
+                    ready,
+                    timeout_s=ready_timeout_s,
+                    every_s=0.1,
+                    what=f"server {spec.slot} on {spec.url} to be healthy",
+                )
+            except AdapterError as exc:
+                if impostor and process.poll() is None:
+                    raise AdapterError(
+                        f"server {spec.slot}: port {spec.port} answers /health, but not from the process launched"
+                        f" (pid {process.pid}), which never listened on it: another process holds the port"
+                    ) from exc
+                raise
         except AdapterError:
             self.stop(handle)
             raise

@@ -5,6 +5,11 @@ a bundle of ``{"GPU": tp, "CPU": 1}`` packed on one node (``STRICT_PACK``: a TP 
 starts a small actor in it, and the actor launches the server from its argv with ``CUDA_VISIBLE_DEVICES`` set to
 the GPUs Ray gave it, on that node's IP. ``stop`` stops the server, the actor and the placement group. The
 control loop itself runs anywhere that can reach the Ray cluster and the gateway (docs/adapters.md).
+
+A server bound to a node's address is reachable by anything on that network, so :meth:`RayLauncher.start`
+refuses a :class:`ServerSpec` without an API key (``PEARL_SCHED_API_KEY`` through
+:class:`~pearl_sched.adapters.sglang.SGLangCluster`) unless the launcher was made with
+``allow_no_api_key=True``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pearl_sched.adapters.http import AdapterError
+from pearl_sched.adapters.http import API_KEY_ENV, AdapterError
 from pearl_sched.adapters.launcher import SGLANG, ServerSpec, SubprocessLauncher
 from pearl_sched.errors import MissingExtraError
 
@@ -70,16 +75,27 @@ class RayLauncher:
     """Servers as processes of Ray actors, one placement group per TP group."""
 
     def __init__(
-        self, command: Sequence[str] = SGLANG, *, log_dir: str | None = None, placement_timeout_s: float = 60.0
+        self,
+        command: Sequence[str] = SGLANG,
+        *,
+        log_dir: str | None = None,
+        placement_timeout_s: float = 60.0,
+        allow_no_api_key: bool = False,
     ):
         if not ray.is_initialized():
             raise AdapterError("Ray is not initialised: call ray.init(address=...) before creating a RayLauncher")
         self.command = tuple(command)
         self.log_dir = log_dir
         self.placement_timeout_s = placement_timeout_s
+        self.allow_no_api_key = allow_no_api_key
         self._actor: Any = ray.remote(_ServerActor)
 
     def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> RayHandle:
+        if spec.api_key is None and not self.allow_no_api_key:
+            raise AdapterError(
+                f"server {spec.slot} would listen on its node's address without an API key: set"
+                f" {API_KEY_ENV} (or ServerSpec.api_key), or make the launcher with allow_no_api_key=True"
+            )
         tp = len(spec.gpu_ids)
         group = placement_group([{"GPU": tp, "CPU": 1}], strategy="STRICT_PACK", name=f"pearl-sched-{spec.slot}")
         try:

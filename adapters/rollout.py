@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pearl_sched.adapters.http import AdapterError
+from pearl_sched.adapters.http import FROM_ENV, AdapterError, FromEnv, resolve_api_key, validate_url
 
 try:
     import httpx
@@ -35,12 +35,31 @@ class Completion:
 class RolloutClient:
     """``generate`` through a gateway, resubmitting aborted or failed partial turns."""
 
-    def __init__(self, gateway_url: str, *, timeout_s: float = 120.0, patience_s: float = 120.0) -> None:
-        self.http = httpx.Client(base_url=gateway_url.rstrip("/"), timeout=httpx.Timeout(timeout_s, connect=5.0))
+    def __init__(
+        self,
+        gateway_url: str,
+        *,
+        timeout_s: float = 120.0,
+        patience_s: float = 120.0,
+        api_key: str | FromEnv | None = FROM_ENV,
+    ) -> None:
+        key = resolve_api_key(api_key)
+        self.http = httpx.Client(
+            base_url=validate_url(gateway_url, what="gateway URL"),
+            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            headers={"Authorization": f"Bearer {key}"} if key is not None else None,
+        )
         self.patience_s = patience_s
 
     def close(self) -> None:
+        """Close the HTTP connections."""
         self.http.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Completion:
         output: list[int] = []

@@ -15,9 +15,15 @@ carries a plan's actions out in order (DESIGN.md §6):
 * **expand** — start (or resume a pre-spawned borrowed worker), bring its weights to the cluster's version
   (``/update_weights_from_disk``) and check it, then register the whole admission group: all or nothing.
 
-Every action is journaled before and after it runs (:class:`~pearl_sched.adapters.journal.Journal`); a new
-SGLangCluster over the same journal rebuilds its view from it and re-observes the slots whose action never
-finished, so re-applying the plan does only what is left.
+Every action is journaled before and after it runs (:class:`~pearl_sched.adapters.journal.Journal`, claimed for
+this cluster's id); a new SGLangCluster over the same journal rebuilds its view from it and re-observes the slots
+whose action never finished, so re-applying the plan does only what is left. A server pid read from the journal
+is signalled only while it is still the process that was started (start time and command line,
+:mod:`~pearl_sched.adapters.processes`). A gateway process that died (ours, started by :class:`Gateway`) is
+restarted and given the plan's workers before the next registration.
+
+The API key (``api_key``, by default ``$PEARL_SCHED_API_KEY``) goes to every server it starts (``--api-key``)
+and on every call it makes; it is never logged nor journaled.
 """
 
 from __future__ import annotations
@@ -26,16 +32,25 @@ import contextlib
 import functools
 import hashlib
 import logging
-import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pearl_sched.adapters.gateway import Gateway, Registration
-from pearl_sched.adapters.http import AdapterError, SGLangServerClient, poll
+from pearl_sched.adapters.http import (
+    AdapterError,
+    InvalidArgumentError,
+    SGLangServerClient,
+    api_key_from_env,
+    poll,
+    validate_api_key,
+    validate_host,
+    validate_port,
+)
 from pearl_sched.adapters.journal import Journal
-from pearl_sched.adapters.launcher import Handle, Launcher, ServerSpec
+from pearl_sched.adapters.launcher import Handle, Launcher, ServerSpec, check_server_args
+from pearl_sched.adapters.processes import ProcessIdentity, identify, signal_group
 from pearl_sched.control import ApplyReport, Target, TrainerAdapter
 from pearl_sched.plans import Action, ActionKind, canonical_json
 from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone
@@ -60,13 +75,21 @@ class SlotSpec:
     bootstrap_port: int | None = None
     gpu_type: str = "h100"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InvalidArgumentError(f"slot id {self.id!r} must be letters, digits, '.', '_' or '-'")
+        validate_host(self.host, what=f"slot {self.id}: host")
+        validate_port(self.port, what=f"slot {self.id}: port")
+        if self.bootstrap_port is not None:
+            validate_port(self.bootstrap_port, what=f"slot {self.id}: bootstrap port")
+
 
 @dataclass
 class _Slot:
     spec: SlotSpec
     role: Role | None = None
     handle: Handle | None = None
-    pid: int | None = None  # a server adopted from a previous controller (no handle)
+    pid: ProcessIdentity | None = None  # a server adopted from a previous controller (no handle)
     available: bool = True
     lent: bool = False  # an overlap slot's GPUs are with rollout
 
@@ -87,13 +110,24 @@ class SGLangCluster:
     ready_timeout_s: float = 600.0
     enable_memory_saver: bool = False
     extra_args: tuple[str, ...] = ()
-    on_action: Callable[[Action, str], None] | None = None  # a test hook: called before each action runs
+    on_action: Callable[[Action, str], None] | None = None  # a test hook: at "begin" and once a server "started"
+    api_key: str | None = field(default_factory=api_key_from_env, repr=False)
+    cluster_id: str | None = None  # names the cluster in the journal; default: a digest of the slots
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False)
     _reclaim_in_s: float = field(default=0.0, init=False)
     _weight_version: str | None = field(default=None, init=False)
+    _running: tuple[Action, str] | None = field(default=None, init=False)  # the journaled action in progress
 
     def __post_init__(self) -> None:
+        check_server_args(self.model_path, self.extra_args)
+        if self.api_key is not None:
+            validate_api_key(self.api_key)
+        if self.api_key != self.gateway.api_key:
+            raise InvalidArgumentError("the gateway and the servers must share one API key (PEARL_SCHED_API_KEY)")
         self._slots = {s.id: _Slot(s) for s in self.slots}
+        if len(self._slots) != len(self.slots):
+            raise InvalidArgumentError("slot ids must be unique")
+        self.journal.claim(self.cluster_id or slots_digest(self.slots))
         replay = self.journal.replay()
         for slot_id, role in replay.roles.items():
             if slot_id in self._slots:
@@ -103,6 +137,8 @@ class SGLangCluster:
             slot_id = record["action"]["worker_id"]
             if slot_id in self._slots:
                 self._reobserve(self._slots[slot_id])
+                if self._slots[slot_id].role is not None:  # a server it started: stoppable once verified
+                    self._slots[slot_id].pid = replay.pids.get(slot_id)
         if replay.done or replay.unfinished:
             logger.info(
                 "resumed from %s: %d done, %d unfinished", self.journal.path, replay.done, len(replay.unfinished)
@@ -183,7 +219,8 @@ class SGLangCluster:
         state = self.observe()
         actions = build_actions(state, target.roles(), {})
         if not actions:
-            self.gateway.sync(self._desired())  # e.g. after resuming from a journal
+            if not self._ensure_gateway():
+                self.gateway.sync(self._desired())  # e.g. after resuming from a journal
             return ApplyReport()
         plan_id = _digest(actions)
         mode_change = (target.mode is Mode.DISAGGREGATED) != self.gateway.pd
@@ -196,7 +233,8 @@ class SGLangCluster:
             self._switch_gateway(target.mode)
         if expands:
             self._admit(expands, plan_id)
-        self.gateway.sync(self._desired())  # the gateway's workers are exactly the plan's
+        if not self._ensure_gateway():
+            self.gateway.sync(self._desired())  # the gateway's workers are exactly the plan's
         return ApplyReport(changed=tuple(a.worker_id for a in actions))
 
     def _desired(self) -> dict[str, Registration]:
@@ -207,12 +245,15 @@ class SGLangCluster:
         if self.on_action is not None:
             self.on_action(action, "begin")
         self.journal.write("begin", action, plan_id)
+        self._running = (action, plan_id)
         try:
             extra = body() or {}
         except BaseException as exc:
             if isinstance(exc, Exception):
                 self.journal.write("failed", action, plan_id, {"error": str(exc)})
             raise
+        finally:
+            self._running = None
         self.journal.write("done", action, plan_id, extra)
 
     def _change(self, action: Action, mode_change: bool) -> dict[str, Any] | None:
@@ -241,11 +282,12 @@ class SGLangCluster:
             if client.supports_role_switch():
                 try:
                     client.role_switch(SERVER_ROLE[role])
-                    slot.role = role
-                    self.gateway.register(self._url(slot), self._registration(slot, role))
-                    return None
                 except AdapterError as exc:
                     logger.warning("role switch of %s failed (%s); replacing the worker", slot.spec.id, exc)
+                else:
+                    slot.role = role
+                    self._register(slot)
+                    return None
         finally:
             client.close()
         self._stop(slot)
@@ -261,18 +303,17 @@ class SGLangCluster:
                 assert action.to_role is not None
 
                 def start(slot: _Slot = slot, role: Role = action.to_role) -> dict[str, Any]:
+                    started.append(slot)  # before it starts: a failure after launch still stops it
                     if slot.spec.zone is Zone.OVERLAP and self.trainer is not None:
                         self.trainer.lend(slot.spec.gpu_ids)
                         slot.lent = True
-                    extra = self._start(slot, role, register=False)
-                    started.append(slot)
-                    return extra
+                    return self._start(slot, role, register=False)
 
                 self._run(action, plan_id, start)
             for slot in started:
-                assert slot.role is not None
-                self.gateway.register(self._url(slot), self._registration(slot, slot.role))
+                self._register(slot)
         except Exception as exc:
+            by_slot = {a.worker_id: a for a in actions}
             for slot in started:
                 with contextlib.suppress(AdapterError):
                     self.gateway.deregister(self._url(slot))
@@ -281,6 +322,12 @@ class SGLangCluster:
                 if slot.lent and self.trainer is not None:
                     self.trainer.reclaim(slot.spec.gpu_ids, deadline_s=0.0)
                     slot.lent = False
+                # Its expand is journaled done: record the undo, or a restarted controller believes it serves.
+                expand = by_slot[slot.spec.id]
+                undo = expand.model_copy(
+                    update={"kind": ActionKind.SHRINK, "from_role": expand.to_role, "to_role": None}
+                )
+                self.journal.write("done", undo, plan_id, {"reason": "admission group cancelled"})
             ids = ", ".join(a.worker_id for a in actions)
             raise AdapterError(f"admission of [{ids}] cancelled, nothing admitted: {exc}") from exc
 
@@ -297,14 +344,21 @@ class SGLangCluster:
             enable_memory_saver=self.enable_memory_saver or spec.zone is Zone.OVERLAP,
             extra_args=self.extra_args,
             node=spec.node,
+            api_key=self.api_key,
         )
         slot.handle = self.launcher.start(server, ready_timeout_s=self.ready_timeout_s)
         slot.role = role
+        process = getattr(slot.handle, "process", None)
+        identity = identify(process.pid) if process is not None else None
+        record = identity.to_record() if identity is not None else {}
+        if self._running is not None:  # so a controller that dies before "done" leaves a stoppable server
+            self.journal.write("started", self._running[0], self._running[1], record)
+            if self.on_action is not None:
+                self.on_action(self._running[0], "started")
         self._sync_weights(slot)
         if register:
-            self.gateway.register(self._url(slot), self._registration(slot, role))
-        process = getattr(slot.handle, "process", None)
-        return {"pid": process.pid} if process is not None else {}
+            self._register(slot)
+        return record
 
     def _sync_weights(self, slot: _Slot) -> None:
         """Bring a new worker to the cluster's weight version and check it before it is admitted."""
@@ -346,9 +400,8 @@ class SGLangCluster:
         if slot.handle is not None:
             self.launcher.stop(slot.handle)
             slot.handle = None
-        elif slot.pid is not None:  # adopted from a previous controller's journal
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(slot.pid, signal.SIGTERM)
+        elif slot.pid is not None:  # adopted from a previous controller's journal: signalled only if still ours
+            signal_group(slot.pid, signal.SIGTERM)
         slot.pid = None
 
     def _forget(self, slot: _Slot) -> None:
@@ -359,6 +412,23 @@ class SGLangCluster:
             logger.warning("could not deregister preempted %s: %s", slot.spec.id, exc)
         self._stop(slot)
         slot.role = None
+
+    def _register(self, slot: _Slot) -> None:
+        """Register a serving slot with the gateway (restarting a gateway that died, which registers all)."""
+        assert slot.role is not None
+        if not self._ensure_gateway():
+            self.gateway.register(self._url(slot), self._registration(slot, slot.role))
+
+    def _ensure_gateway(self) -> bool:
+        """Restart our gateway if its process died and give it the serving workers; True if it did."""
+        process = self.gateway.process
+        if process is None or process.poll() is None:
+            return False
+        logger.warning("the gateway on %s exited (code %s); restarting it", self.gateway.url, process.returncode)
+        self.gateway.stop()
+        self.gateway.start()
+        self.gateway.sync(self._desired())
+        return True
 
     def _switch_gateway(self, mode: Mode) -> None:
         """Restart the gateway in ``mode`` and register every serving worker with it."""
@@ -383,14 +453,15 @@ class SGLangCluster:
         slot.role = {"prefill": Role.PREFILL, "decode": Role.DECODE}.get(str(mode), Role.COLOCATED)
 
     def shutdown(self) -> None:
-        """Stop every server this adapter started (the gateway is the caller's)."""
+        """Stop every server this adapter started and release the journal (the gateway is the caller's)."""
         for slot in self._slots.values():
             self._stop(slot)
             slot.role = None
+        self.journal.close()
 
     # -- helpers --------------------------------------------------------------------------------------------
     def _client(self, slot: _Slot) -> SGLangServerClient:
-        return SGLangServerClient(self._url(slot), timeout_s=10.0, attempts=3, backoff_s=0.05)
+        return SGLangServerClient(self._url(slot), timeout_s=10.0, attempts=3, backoff_s=0.05, api_key=self.api_key)
 
     @staticmethod
     def _url(slot: _Slot) -> str:
@@ -414,7 +485,14 @@ def replace_gateway(gateway: Gateway, *, pd: bool) -> Gateway:
         binary=gateway.binary,
         log_dir=gateway.log_dir,
         timeout_s=gateway.timeout_s,
+        api_key=gateway.api_key,
     )
+
+
+def slots_digest(slots: Sequence[SlotSpec]) -> str:
+    """A cluster id from its slots (ids, hosts, ports, GPUs): a journal of other slots is another cluster's."""
+    fields = sorted((s.id, s.node, s.host, s.port, s.gpu_ids, s.devices) for s in slots)
+    return "slots-" + hashlib.sha256(repr(fields).encode()).hexdigest()[:16]
 
 
 def _digest(actions: Sequence[Action]) -> str:

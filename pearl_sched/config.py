@@ -1,8 +1,8 @@
 """Reconfiguration costs and policy settings, with their sources.
 
-Costs are PEARL Table 3 means (Qwen3-8B / Qwen3-30B-A3B on H800, DESIGN.md §8). PEARL gives no number for a
-prefill↔decode role rebind beyond "tens of seconds" and none for hysteresis thresholds; where we chose a
-value it says so.
+Costs are PEARL Table 3 means (Qwen3-8B / Qwen3-30B-A3B on H800; the table is in docs/policies.md,
+"Reconfiguration costs"). PEARL gives no number for a prefill↔decode role rebind beyond "tens of seconds" and
+none for hysteresis thresholds; where we chose a value it says so.
 """
 
 from __future__ import annotations

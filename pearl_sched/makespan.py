@@ -10,7 +10,7 @@ through two things only:
 
 ``predict`` gives the full breakdown for a chosen capacity and is what plans report.
 
-PEARL's closed form (DESIGN.md §4.1), with B trajectories, S turns, ΔL appended and r generated tokens per
+PEARL's closed form (docs/makespan.md), with B trajectories, S turns, ΔL appended and r generated tokens per
 turn, t_p prefill seconds per token, decode iteration ``A + b·n`` for n sequences, T_over switching overhead,
 θ the bubble ratio, K KV bytes per token, BW the P→D bandwidth::
 
@@ -161,7 +161,7 @@ class PearlParams(Frozen):
 
 
 class PearlMakespanModel:
-    """PEARL's closed-form makespan model (DESIGN.md §4.1), reproduced exactly for homogeneous pools."""
+    """PEARL's closed-form makespan model (docs/makespan.md), reproduced exactly for homogeneous pools."""
 
     def __init__(self, params: PearlParams) -> None:
         """A model over ``params``; the first device is the reference the capacities are counted in."""

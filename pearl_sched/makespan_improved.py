@@ -1,4 +1,6 @@
-"""An improved makespan predictor: PEARL's interface, the weaknesses of DESIGN.md §4.2 addressed.
+"""An improved makespan predictor: PEARL's interface, with the known weaknesses of its closed form addressed.
+
+docs/makespan.md ("The improved predictor") lists those weaknesses and how each is addressed.
 
 Each trajectory cycles *decode* (r tokens) → *KV transfer* → *environment* (T_e per turn) → *prefill* of the
 ΔL appended tokens → decode. With B trajectories on a pool, the number decoding at once, n, is not an input

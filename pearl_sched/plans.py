@@ -14,7 +14,7 @@ from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 
 
 class ActionKind(StrEnum):
-    """Kinds of action, in the order a transition executes them (DESIGN.md §6)."""
+    """Kinds of action, in the order a transition executes them (docs/policies.md)."""
 
     RETURN = "return"
     """Give a borrowed training GPU back (mandatory; drain, release memory, hand to the trainer)."""

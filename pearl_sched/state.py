@@ -1,4 +1,4 @@
-"""The unified GPU–worker–role state (DESIGN.md §3).
+"""The unified GPU–worker–role state (docs/state.md).
 
 One table, read by every part: GPUs (with their zone and availability), workers as stable slots over fixed
 TP groups (with their role and status), the rollout workload and the budget. All value objects are frozen

@@ -1,4 +1,4 @@
-"""From a class-level configuration to concrete slots and ordered actions (DESIGN.md §6).
+"""From a class-level configuration to concrete slots and ordered actions (docs/policies.md).
 
 Minimal change (PEARL Eq. 5–6): with roles counted over {prefill, decode, colocated, off}, the fewest slots
 that must change to go from source counts n_src to target counts n_dst is Σ_r max(0, n_src(r) − n_dst(r)).

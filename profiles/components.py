@@ -66,8 +66,11 @@ _MAX_TABLE_DIMS = 3  # Delaunay triangulation grows exponentially with dimension
 
 
 class _StepTimeTags:
-    """scikit-learn tags shared by the step-time estimators: targets are non-negative times, and a monotone
-    model is not expected to score well on the arbitrary targets of the conformance checks."""
+    """scikit-learn tags shared by the step-time estimators.
+
+    Targets are non-negative times, and a monotone model is not expected to score well on the arbitrary targets
+    of scikit-learn's conformance checks.
+    """
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()  # type: ignore[misc]
@@ -80,25 +83,35 @@ class _StepTimeTags:
 class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """Non-negative, monotone step-time regressor (see the module docstring).
 
-    Parameters
-    ----------
-    design:
-        ``"linear"``, ``"prefill"`` or ``"decode"``.
-    batch_cap:
-        Decode only. An engine runs at most ``max_num_seqs`` / ``max_running_requests`` sequences per iteration;
-        beyond that, sequences wait and do not lengthen an iteration, so the batch feature is capped. ``None``:
-        no cap; a number: that cap; ``"auto"``: chosen among quantiles of the observed batch sizes by 5-fold
-        cross-validation on the training rows (learned as ``batch_cap_``).
+    Args:
+        design: ``"linear"``, ``"prefill"`` or ``"decode"``.
+        batch_cap: Decode only. An engine runs at most ``max_num_seqs`` / ``max_running_requests`` sequences per
+            iteration; beyond that, sequences wait and do not lengthen an iteration, so the batch feature is
+            capped. ``None``: no cap; a number: that cap (sequences); ``"auto"``: chosen among quantiles of the
+            observed batch sizes by 5-fold cross-validation on the training rows (learned as ``batch_cap_``).
     """
 
     _kind: ClassVar[str] = "monotone"
 
     def __init__(self, design: str = "linear", batch_cap: float | str | None = None) -> None:
+        """Store the settings as given; like every scikit-learn estimator, they are validated in :meth:`fit`."""
         self.design = design
         self.batch_cap = batch_cap
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> MonotoneStepRegressor:
-        """Fit by non-negative least squares on relative residuals."""
+        """Fit by non-negative least squares on relative residuals.
+
+        Args:
+            X: One row per measurement, columns as the design names them (see the module docstring).
+            y: Measured step times, non-negative (seconds throughout pearl_sched).
+
+        Returns:
+            The fitted estimator.
+
+        Raises:
+            ValueError: On a negative step time, a column count the design does not take, or ``batch_cap``
+                given with a design other than ``"decode"``.
+        """
         X_arr, y_arr = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2)
         self._check_features(X_arr)
         if np.any(y_arr < 0):
@@ -124,7 +137,10 @@ class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # ty
         return capped
 
     def predict(self, X: ArrayLike) -> FloatArray:
-        """Predicted step time; warns when ``X`` leaves the fitted input box."""
+        """Predicted step times, in the units of the training targets.
+
+        Warns with :class:`ExtrapolationWarning` when a row of ``X`` leaves the box the model was fitted on.
+        """
         check_is_fitted(self, "coef_")
         X_arr = validate_data(self, X, reset=False)
         _warn_outside(X_arr, self.input_min_, self.input_max_)
@@ -136,6 +152,7 @@ class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # ty
             raise ValueError(f"design {self.design!r} takes {expected} features, got {X.shape[1]}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The fitted weights, batch cap and input box as a JSON-ready dict (see :func:`to_json`)."""
         check_is_fitted(self, "coef_")
         return {
             "format": _FORMAT,
@@ -149,6 +166,12 @@ class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # ty
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MonotoneStepRegressor:
+        """The fitted regressor back from :meth:`to_dict`'s output, predicting exactly as before.
+
+        Raises:
+            KeyError: When ``data`` lacks a field :meth:`to_dict` writes (:func:`from_json` turns this into a
+                ``ValueError``).
+        """
         model = cls(**data["params"])
         model.coef_ = np.asarray(data["coef"], dtype=float)
         model.batch_cap_ = float("inf") if data["batch_cap"] is None else float(data["batch_cap"])
@@ -192,19 +215,32 @@ def _choose_cap(X: FloatArray, y: FloatArray, folds: int = 5) -> float:
 class TableInterpolator(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: ignore[misc]
     """scipy interpolation of a dense table, with a monotone parametric fallback outside its hull.
 
-    Parameters
-    ----------
-    design:
-        The :class:`MonotoneStepRegressor` design used outside the table.
+    Args:
+        design: The :class:`MonotoneStepRegressor` design used outside the table's hull.
     """
 
     _kind: ClassVar[str] = "table"
 
     def __init__(self, design: str = "linear") -> None:
+        """Store the setting as given; like every scikit-learn estimator, it is validated in :meth:`fit`."""
         self.design = design
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> TableInterpolator:
-        """Keep the (averaged) table and build the interpolator over the columns that vary."""
+        """Keep the (averaged) table and build the interpolator over the columns that vary.
+
+        Repeated rows of ``X`` are averaged into one table point. The fallback regressor is fitted on all rows
+        (with ``batch_cap="auto"`` for the decode design).
+
+        Args:
+            X: One row per measurement, columns as the fallback's design names them.
+            y: Measured step times, non-negative (seconds throughout pearl_sched).
+
+        Returns:
+            The fitted estimator.
+
+        Raises:
+            ValueError: When the fallback regressor refuses the data (see :meth:`MonotoneStepRegressor.fit`).
+        """
         X_arr, y_arr = validate_data(self, X, y, y_numeric=True, ensure_min_samples=2)
         cap = "auto" if self.design == "decode" else None
         self.fallback_ = MonotoneStepRegressor(self.design, batch_cap=cap).fit(X_arr, y_arr)
@@ -231,7 +267,10 @@ class TableInterpolator(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: 
                 self._interp = None
 
     def predict(self, X: ArrayLike) -> FloatArray:
-        """Interpolated step time where the table covers ``X``, the fallback's elsewhere."""
+        """Interpolated step times where the table covers ``X``, the fallback's elsewhere; never negative.
+
+        Warns with :class:`ExtrapolationWarning` when a row of ``X`` leaves the box the model was fitted on.
+        """
         check_is_fitted(self, "points_")
         X_arr = validate_data(self, X, reset=False)
         _warn_outside(X_arr, self.input_min_, self.input_max_)
@@ -251,6 +290,7 @@ class TableInterpolator(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: 
         return np.maximum(out, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        """The table, input box and fallback as a JSON-ready dict (see :func:`to_json`)."""
         check_is_fitted(self, "points_")
         return {
             "format": _FORMAT,
@@ -265,6 +305,12 @@ class TableInterpolator(_StepTimeTags, RegressorMixin, BaseEstimator):  # type: 
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TableInterpolator:
+        """The fitted interpolator back from :meth:`to_dict`'s output, predicting exactly as before.
+
+        Raises:
+            KeyError: When ``data`` lacks a field :meth:`to_dict` writes (:func:`from_json` turns this into a
+                ``ValueError``).
+        """
         model = cls(**data["params"])
         model.points_ = np.asarray(data["points"], dtype=float)
         model.values_ = np.asarray(data["values"], dtype=float)

@@ -72,18 +72,30 @@ class ProfileDataset:
     dropped: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
+        """Check that the dataset holds exactly :data:`COLUMNS`, all of one length.
+
+        Raises:
+            ValueError: When a column is missing or extra, or the columns differ in length.
+        """
         lengths = {len(v) for v in self.columns.values()}
         if set(self.columns) != set(COLUMNS) or len(lengths) > 1:
             raise ValueError(f"a profile dataset needs the columns {COLUMNS} of equal length")
 
     def __len__(self) -> int:
+        """The number of rows kept (dropped rows are only counted in ``dropped``)."""
         return len(self.columns["value_s"])
 
     def __getitem__(self, name: str) -> NDArray[np.generic]:
+        """One column by name: a float array for the numbers of :data:`NUMERIC`, an object array for :data:`TEXT`.
+
+        Raises:
+            KeyError: When ``name`` is not one of :data:`COLUMNS`.
+        """
         return self.columns[name]
 
     @classmethod
     def empty(cls) -> ProfileDataset:
+        """A dataset with every column and no rows (the identity of :meth:`concat`)."""
         return cls.from_records([])
 
     @classmethod

@@ -69,6 +69,10 @@ class FittedComponent:
     report: FitReport
 
     def predict(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Predicted times in seconds for feature rows ordered as :data:`FEATURES` names them for the target.
+
+        Warns with :class:`~pearl_sched.profiles.components.ExtrapolationWarning` outside the fitted input box.
+        """
         return self.estimator.predict(X)
 
 
@@ -85,9 +89,21 @@ Split = Literal["configuration", "row"]
 def split_by_configuration(
     X: NDArray[np.float64], heldout: float, seed: int, by: Split = "configuration"
 ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """Boolean masks (train, heldout). ``by="configuration"`` keeps every distinct feature tuple on one side;
-    ``by="row"`` holds out rows at random, so repeated measurements of a held-out row's configuration may be
-    in the training side (what "held-out rows" means for profiles with repetitions)."""
+    """Boolean masks (train, heldout) over the rows of ``X``.
+
+    ``by="configuration"`` keeps every distinct feature tuple on one side; ``by="row"`` holds out rows at random,
+    so repeated measurements of a held-out row's configuration may be in the training side (what "held-out rows"
+    means for profiles with repetitions). With two or fewer configurations nothing is held out.
+
+    Args:
+        X: Feature rows, one per measurement.
+        heldout: Fraction of configurations (or rows) to hold out; at least one is held out.
+        seed: Seed of the random choice, so a split is reproducible.
+        by: ``"configuration"`` or ``"row"``.
+
+    Returns:
+        The training mask and the held-out mask; exactly one of them is true on each row.
+    """
     if by == "row":
         config = np.arange(len(X))
     else:
@@ -107,8 +123,24 @@ _DIRECTION = {"tokens": 1.0, "cached_tokens": 1.0, "batch_size": 1.0, "context_t
 def monotone_outliers(
     X: NDArray[np.float64], y: NDArray[np.float64], names: Sequence[str], factor: float = 2.0
 ) -> NDArray[np.bool_]:
-    """Rows of configurations measured more than ``factor`` times faster than a configuration that is no larger
-    in every feature (and no more parallel): physically impossible, so a failed or truncated measurement."""
+    """Rows of configurations that are physically impossibly fast, so a failed or truncated measurement.
+
+    A configuration is an outlier when its mean time is more than ``factor`` times faster than that of a
+    configuration no larger in every feature (and no more tensor-parallel).
+
+    Args:
+        X: Feature rows, one per measurement, columns named by ``names``.
+        y: Measured times in seconds, one per row.
+        names: Column names of ``X``, each a key of the monotone direction table (``tokens``, ``cached_tokens``,
+            ``batch_size``, ``context_tokens``, ``tp``).
+        factor: How many times faster than a no-larger configuration counts as impossible.
+
+    Returns:
+        A boolean mask, true on every row of an outlying configuration.
+
+    Raises:
+        KeyError: When a name in ``names`` is not one of the known feature columns.
+    """
     configs, inverse = np.unique(X, axis=0, return_inverse=True)
     inverse = inverse.ravel()
     means = np.bincount(inverse, weights=y) / np.bincount(inverse)
@@ -211,6 +243,7 @@ class ProfileModels:
     components: dict[tuple[str, str, str, str], FittedComponent] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        """The bundle as a reviewable JSON document: each component's key, report and estimator (no pickle)."""
         entries = [
             {"key": list(key), "report": asdict(c.report), "estimator": c.estimator.to_dict()}
             for key, c in sorted(self.components.items())
@@ -219,6 +252,13 @@ class ProfileModels:
 
     @classmethod
     def from_json(cls, text: str) -> ProfileModels:
+        """A bundle back from :meth:`to_json`'s output.
+
+        Raises:
+            json.JSONDecodeError: When ``text`` is not JSON.
+            ValueError: When the document is not a pearl_sched profile-models bundle.
+            KeyError: When an entry lacks a field :meth:`to_json` writes.
+        """
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("format") != _BUNDLE_FORMAT:
             raise ValueError(f"not a pearl_sched profile-models file (expected format {_BUNDLE_FORMAT!r})")
@@ -230,6 +270,11 @@ class ProfileModels:
         return out
 
     def save(self, path: str | Path) -> None:
+        """Write the bundle to ``path`` as JSON (see :meth:`to_json`), replacing any file there.
+
+        Raises:
+            OSError: When the file cannot be written.
+        """
         Path(path).write_text(self.to_json() + "\n")
 
     @classmethod

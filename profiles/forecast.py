@@ -1,5 +1,7 @@
-"""Short-horizon demand forecast from the lifecycle of in-flight trajectories (as Prorsa does for its role
-switching): how many prefill tokens arrive and how many trajectories decode over the next planning interval.
+"""Short-horizon demand forecast from the lifecycle of in-flight trajectories.
+
+As Prorsa does for its role switching, the forecast says how many prefill tokens arrive and how many
+trajectories decode over the next planning interval.
 
 Each in-flight trajectory is in one phase — decoding (with tokens still to generate), in the environment
 (with seconds still to wait), waiting for prefill, or done — with its turns so far. The forecast rolls every
@@ -47,6 +49,17 @@ class InFlight:
 
     @classmethod
     def of(cls, phase: ArrayLike, turns_done: ArrayLike, remaining: ArrayLike) -> InFlight:
+        """Validated in-flight state from one entry per trajectory.
+
+        Args:
+            phase: :class:`Phase` values (0 decoding, 1 environment, 2 waiting for prefill, 3 done).
+            turns_done: Turns each trajectory has completed.
+            remaining: Decode tokens still to generate (decoding) or seconds still in the environment.
+
+        Raises:
+            ValueError: When the arrays differ in length, a phase is out of range, or a count is negative or
+                not finite.
+        """
         p = np.asarray(phase, dtype=np.int64)
         t = np.asarray(turns_done, dtype=float)
         r = np.asarray(remaining, dtype=float)
@@ -61,7 +74,15 @@ class InFlight:
 
 @dataclass(frozen=True)
 class DemandForecast:
-    """Prefill and decode load expected over the next ``horizon_s`` seconds."""
+    """Prefill and decode load expected over the next ``horizon_s`` seconds.
+
+    Attributes:
+        horizon_s: Length of the forecast window, seconds.
+        prefill_tokens: Appended prompt tokens whose prefill starts within the window.
+        mean_decoding: Trajectories decoding at once, averaged over the window (trajectory-seconds of decode
+            divided by ``horizon_s``).
+        finishing: Trajectories that complete their last turn within the window.
+    """
 
     horizon_s: float
     prefill_tokens: float
@@ -70,6 +91,7 @@ class DemandForecast:
 
     @property
     def prefill_tokens_per_s(self) -> float:
+        """Forecast prefill demand as a rate: prefill tokens starting per second over the horizon."""
         return self.prefill_tokens / self.horizon_s
 
     def apply(self, workload: Workload) -> Workload:
@@ -88,8 +110,18 @@ def forecast_demand(
 ) -> DemandForecast:
     """Roll the in-flight trajectories forward over ``horizon_s`` (module docstring).
 
-    ``env_time_s`` optionally gives each trajectory's environment time per turn (for replaying what really
-    happened); the forecast itself uses the statistics' mean.
+    Args:
+        inflight: The batch's trajectories now.
+        stats: Trajectory statistics: mean turns, appended and generated tokens per turn, environment seconds
+            per turn.
+        horizon_s: Forecast window, seconds.
+        decode_tokens_per_s: Decode rate of one trajectory, tokens per second.
+        prefill_tokens_per_s: Prefill rate of one trajectory's appended tokens, tokens per second.
+        env_time_s: Optionally each trajectory's environment seconds per turn (for replaying what really
+            happened); the forecast itself uses the statistics' mean.
+
+    Raises:
+        ValueError: When the horizon or a rate is not positive.
     """
     if horizon_s <= 0 or decode_tokens_per_s <= 0 or prefill_tokens_per_s <= 0:
         raise ValueError("horizon and rates must be positive")

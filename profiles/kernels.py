@@ -123,6 +123,17 @@ class KernelTables:
     """
 
     def __init__(self, directory: str | Path, *, gemm_dtype: str = "bfloat16", kv_dtype: str = "bfloat16") -> None:
+        """Open one system's table directory; the tables themselves are read on first use.
+
+        Args:
+            directory: One system's directory of aiconfigurator SGLang tables (e.g.
+                ``aiconfigurator-sglang/h200_sxm``), holding the GEMM, attention, all-reduce and MoE tables.
+            gemm_dtype: Precision of the GEMM rows to use (the tables' ``gemm_dtype`` column).
+            kv_dtype: Precision of the KV cache in the attention rows to use.
+
+        Raises:
+            ProfileFormatError: When any of the five table files is missing from ``directory``.
+        """
         self.directory = Path(directory)
         missing = [f for f in _FILES.values() if not (self.directory / f).exists()]
         if missing:
@@ -261,6 +272,18 @@ class ComposedStepModel:
         prefill_overhead_s: float = 0.0,
         decode_overhead_s: float = 0.0,
     ) -> None:
+        """Compose one model at one tensor-parallel degree from the system's kernel tables.
+
+        Args:
+            config: The model's architecture (layers, heads, hidden and MoE sizes).
+            tables: The kernel tables of the system it runs on.
+            tp: Tensor-parallel degree; must divide the number of attention heads.
+            prefill_overhead_s: Fixed framework cost added to every prefill step, seconds (see :meth:`calibrated`).
+            decode_overhead_s: Fixed framework cost added to every decode step, seconds.
+
+        Raises:
+            ValueError: When ``tp`` does not divide the model's attention heads.
+        """
         if config.num_attention_heads % tp:
             raise ValueError(f"{config.name}: {config.num_attention_heads} heads do not split over TP{tp}")
         self.config = config
@@ -311,11 +334,18 @@ class ComposedStepModel:
     def calibrated(
         self, *, prefill: tuple[float, float] | None = None, decode: tuple[float, float, float] | None = None
     ) -> ComposedStepModel:
-        """The same model with the framework's fixed cost per step set from one measurement each:
-        ``prefill=(new_tokens, measured_s)`` for a single-sequence prefill (e.g. the shortest TTFT measured),
-        ``decode=(batch, context_tokens, measured_s)`` for one decode iteration (e.g. ITL at batch 1).
-        The kernels leave out scheduling, sampling and (for TTFT) the HTTP and tokenizer path; one point
-        each pins that down, and the remaining points stay a validation."""
+        """The same model with the framework's fixed cost per step set from one measurement each.
+
+        The kernels leave out scheduling, sampling and (for TTFT) the HTTP and tokenizer path; one point each pins
+        that down, and the remaining points stay a validation. A measurement faster than the kernels alone gives
+        an overhead of zero, never a negative one.
+
+        Args:
+            prefill: ``(new_tokens, measured_s)`` for a single-sequence prefill (e.g. the shortest TTFT
+                measured); ``None`` keeps the current prefill overhead.
+            decode: ``(batch, context_tokens, measured_s)`` for one decode iteration (e.g. ITL at batch 1);
+                ``None`` keeps the current decode overhead.
+        """
         base = ComposedStepModel(self.config, self.tables, self.tp)
         return ComposedStepModel(
             self.config,
@@ -331,8 +361,14 @@ class ComposedStepModel:
 
 
 def shipped_config(name: str) -> ModelConfig:
-    """A model config shipped with pearl_sched: ``qwen3-8b``, ``qwen3-30b-a3b``, ``qwen3-32b`` or
-    ``llama-3.1-8b`` (published config.json values, kept in NVIDIA aiconfigurator, Apache-2.0)."""
+    """A model config shipped with pearl_sched.
+
+    The shipped configs are ``qwen3-8b``, ``qwen3-30b-a3b``, ``qwen3-32b`` and ``llama-3.1-8b`` (published
+    config.json values, kept in NVIDIA aiconfigurator, Apache-2.0).
+
+    Raises:
+        ValueError: When ``name`` is not a shipped config; the message lists the known ones.
+    """
     path = Path(__file__).resolve().parent / "configs" / f"{name}.json"
     if not path.exists():
         known = sorted(p.stem for p in path.parent.glob("*.json"))

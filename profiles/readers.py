@@ -463,7 +463,9 @@ def read_prometheus_scrapes(paths: Sequence[str | Path], *, gpu_type: str, model
 
 
 def read_any(path: str | Path, *, gpu_type: str = "unknown", model: str = "unknown", tp: int = 1) -> ProfileDataset:
-    """Read a profile source, recognising its kind:
+    """Read a profile source, recognising its kind.
+
+    The kinds recognised are:
 
     - a directory with Dynamo's ``prefill_ttft_vs_isl.csv`` (or ``selected_*_interpolation/raw_data.npz``);
     - a directory of Prometheus scrapes (``*.prom`` or ``*.txt``, read in name order);
@@ -471,6 +473,10 @@ def read_any(path: str | Path, *, gpu_type: str = "unknown", model: str = "unkno
     - an SGLang request log (``*.jsonl``).
 
     ``gpu_type``, ``model`` and ``tp`` label sources that do not name them (SGLang logs, scrapes, Dynamo).
+
+    Raises:
+        ProfileFormatError: When the source is none of these kinds, or its reader finds it malformed; the
+            message names the file (and row where there is one).
     """
     path = Path(path)
     if path.is_dir():

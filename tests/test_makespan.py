@@ -1,4 +1,4 @@
-"""PEARL's closed form (DESIGN.md §4.1), checked against hand-computed values."""
+"""PEARL's closed form (docs/makespan.md), checked against hand-computed values."""
 
 from __future__ import annotations
 

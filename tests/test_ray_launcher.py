@@ -18,6 +18,8 @@ from pearl_sched.adapters.ray_launcher import RayLauncher  # noqa: E402 - needs 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+KEY = "pearl-ray-test-key-0b7d"
+
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
@@ -29,7 +31,7 @@ def local_ray() -> Iterator[None]:
 def test_each_tp_group_gets_its_own_gpus_and_a_full_cluster_is_refused(local_ray: None, tmp_path: Path) -> None:
     launcher = RayLauncher(FAKE, log_dir=str(tmp_path), placement_timeout_s=5.0)
     ports = free_ports(3)
-    specs = [ServerSpec(f"w{i}", "regular", "fake/model", ports[i], gpu_ids=(0, 1)) for i in range(3)]
+    specs = [ServerSpec(f"w{i}", "regular", "fake/model", ports[i], gpu_ids=(0, 1), api_key=KEY) for i in range(3)]
     first = launcher.start(specs[0], ready_timeout_s=60)
     second = launcher.start(specs[1], ready_timeout_s=60)
     try:
@@ -37,7 +39,7 @@ def test_each_tp_group_gets_its_own_gpus_and_a_full_cluster_is_refused(local_ray
         assert not set(first.devices) & set(second.devices)  # no GPU in two TP groups
         for handle in (first, second):
             assert handle.alive()
-            with SGLangServerClient(handle.spec.url) as client:
+            with SGLangServerClient(handle.spec.url, api_key=KEY) as client:
                 assert client.server_info()["tp_size"] == 2
         with pytest.raises(AdapterError, match="no node has 2 free GPU"):
             launcher.start(specs[2], ready_timeout_s=60)
@@ -47,3 +49,16 @@ def test_each_tp_group_gets_its_own_gpus_and_a_full_cluster_is_refused(local_ray
     assert set(third.devices) == set(first.devices)
     launcher.stop(third)
     launcher.stop(second)
+
+
+def test_servers_on_node_addresses_need_an_api_key_unless_told(local_ray: None, tmp_path: Path) -> None:
+    spec = ServerSpec("w0", "regular", "fake/model", free_ports(1)[0], gpu_ids=(0,))
+    with pytest.raises(AdapterError, match="without an API key: set PEARL_SCHED_API_KEY"):
+        RayLauncher(FAKE, log_dir=str(tmp_path)).start(spec, ready_timeout_s=60)
+    launcher = RayLauncher(FAKE, log_dir=str(tmp_path), allow_no_api_key=True)
+    handle = launcher.start(spec, ready_timeout_s=60)  # told explicitly: it starts, open to its network
+    try:
+        with SGLangServerClient(handle.spec.url) as client:
+            assert client.server_info()["model_path"] == "fake/model"  # no key needed: it was allowed
+    finally:
+        launcher.stop(handle)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,12 +18,14 @@ import pytest
 from pearl_sched import Mode, Role, Workload, Zone
 from pearl_sched.adapters.fake_sglang import FakeConfig, FakeSGLangServer
 from pearl_sched.adapters.gateway import Gateway, find_smg
-from pearl_sched.adapters.http import AdapterError, SGLangServerClient
+from pearl_sched.adapters.http import AdapterError, InvalidArgumentError, SGLangServerClient
 from pearl_sched.adapters.journal import Journal
 from pearl_sched.adapters.launcher import FAKE, SubprocessLauncher
+from pearl_sched.adapters.processes import ProcessIdentity, identify
 from pearl_sched.adapters.rollout import RolloutClient
-from pearl_sched.adapters.sglang import SGLangCluster, SlotSpec, local_slots
+from pearl_sched.adapters.sglang import SGLangCluster, SlotSpec, local_slots, slots_digest
 from pearl_sched.control import Assignment, ClusterAdapter, TrainerAdapter
+from pearl_sched.plans import Action, ActionKind
 
 from .builders import free_ports
 
@@ -173,6 +181,24 @@ def test_a_server_that_fails_to_start_cancels_its_admission_group(
     assert [w.id for w in state.workers if w.rollout_role is not None] == ["w00"]
 
 
+def test_a_port_held_by_another_process_cancels_the_group_and_the_journal_says_so(
+    cluster: tuple[SGLangCluster, RecordingTrainer],
+) -> None:
+    adapter, _ = cluster
+    C = Role.COLOCATED
+    impostor = FakeSGLangServer(FakeConfig(port=adapter.slots[2].port)).start()  # answers /health on w02's port
+    try:
+        with pytest.raises(AdapterError, match="cancelled, nothing admitted") as caught:
+            adapter.apply(roles(Mode.COLOCATED, w00=C, w01=C, w02=C))
+        assert "another process answers on its port" in str(caught.value)
+        assert adapter.gateway.registered() == {}  # neither w00 nor w01 (started, then stopped) admitted
+        adapter.journal.close()
+        with Journal(adapter.journal.path) as reread:  # what a restarted controller would believe
+            assert all(role is None for role in reread.replay().roles.values())
+    finally:
+        impostor.stop()
+
+
 def test_a_failed_role_switch_replaces_the_worker(cluster: tuple[SGLangCluster, RecordingTrainer]) -> None:
     adapter, _ = cluster
     P, D = Role.PREFILL, Role.DECODE
@@ -197,6 +223,8 @@ def test_a_killed_controller_resumes_from_the_journal(
         """Stands for SIGKILL of the controller process."""
 
     def die_on_third(action: object, phase: str) -> None:
+        if phase != "begin":
+            return
         begun.append(getattr(action, "worker_id", ""))
         if len(begun) == 3:
             raise Killed
@@ -204,6 +232,7 @@ def test_a_killed_controller_resumes_from_the_journal(
     adapter.on_action = die_on_third
     with pytest.raises(Killed):
         adapter.apply(target)
+    adapter.journal.close()  # the dead controller's lock goes with its process
     # A new controller over the same journal and gateway: it knows w00 and w01 are up and w02 never started.
     resumed = SGLangCluster(
         slots=adapter.slots,
@@ -221,6 +250,40 @@ def test_a_killed_controller_resumes_from_the_journal(
     report = resumed.apply(target)
     assert report.changed == ("w02",)  # nothing applied twice
     assert len(resumed.gateway.registered()) == 3
+    resumed.shutdown()
+
+
+def test_a_server_started_just_before_the_controller_died_is_stopped_by_the_next(
+    cluster: tuple[SGLangCluster, RecordingTrainer],
+) -> None:
+    adapter, trainer = cluster
+
+    class Killed(BaseException):
+        """Stands for SIGKILL of the controller between the server's start and the action's "done"."""
+
+    def die_once_started(action: object, phase: str) -> None:
+        if phase == "started":
+            raise Killed
+
+    adapter.on_action = die_once_started
+    with pytest.raises(Killed):
+        adapter.apply(roles(Mode.COLOCATED, w00=Role.COLOCATED))
+    server = adapter._slots["w00"].handle
+    assert server is not None and server.alive()  # left running by the dead controller
+    adapter.journal.close()
+    resumed = SGLangCluster(
+        slots=adapter.slots,
+        launcher=adapter.launcher,
+        gateway=adapter.gateway,
+        model_path="fake/model",
+        workload=WORKLOAD,
+        journal=Journal(adapter.journal.path),
+        trainer=trainer,
+        drain_s=0.2,
+    )
+    assert {w.id for w in resumed.observe().workers if w.rollout_role is not None} == {"w00"}  # re-observed
+    resumed.apply(roles(Mode.COLOCATED))  # shrink it: the journal's "started" identity lets it be stopped
+    assert server.process.wait(timeout=15) is not None
     resumed.shutdown()
 
 
@@ -309,3 +372,168 @@ def test_reclaim_deadline_is_met_under_load(cluster: tuple[SGLangCluster, Record
     assert trainer.holding == {g for s in adapter.slots if s.zone is Zone.OVERLAP for g in s.gpu_ids}
     assert all(want == got for want, got, _ in done)
     assert sum(resubmits for _, _, resubmits in done) > 0  # aborted partial turns were resubmitted elsewhere
+
+
+def run_load(
+    url: str, stop: threading.Event, results: list[tuple[int, int, int]], errors: list[str], seed: int
+) -> None:
+    """One rollout client sending turns until ``stop``: (tokens asked, tokens got, retries) per turn."""
+    client = RolloutClient(url, patience_s=60.0)
+    i = 0
+    while not stop.is_set():
+        want = 20 + (seed * 7 + i) % 30
+        try:
+            done = client.generate(list(range(seed, seed + 10)), want)
+            results.append((want, len(done.output_ids), done.retries))
+        except AdapterError as exc:
+            errors.append(str(exc))
+        i += 1
+    client.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` (a precondition of the test, not a timing claim); fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("during", [ActionKind.SHRINK, ActionKind.REROLE])
+def test_gateway_killed_during_a_transition_under_load_loses_nothing(
+    cluster: tuple[SGLangCluster, RecordingTrainer], during: ActionKind
+) -> None:
+    adapter, _ = cluster
+    C, P, D = Role.COLOCATED, Role.PREFILL, Role.DECODE
+    if during is ActionKind.SHRINK:
+        before = roles(Mode.COLOCATED, w00=C, w01=C, w02=C)
+        after = roles(Mode.COLOCATED, w00=C, w01=C)
+        want_types = ["regular", "regular"]
+    else:
+        before = roles(Mode.DISAGGREGATED, w00=P, w01=D, w02=D)
+        after = roles(Mode.DISAGGREGATED, w00=P, w01=P, w02=D)
+        want_types = ["decode", "prefill", "prefill"]
+    adapter.apply(before)
+    killed: list[int] = []
+
+    def kill_gateway(action: Action, phase: str) -> None:  # SIGKILL smg as the action begins
+        if action.kind is during and not killed and adapter.gateway.process is not None:
+            killed.append(adapter.gateway.process.pid)
+            os.killpg(adapter.gateway.process.pid, signal.SIGKILL)
+            adapter.gateway.process.wait(timeout=10)
+
+    adapter.on_action = kill_gateway
+    stop = threading.Event()
+    results: list[tuple[int, int, int]] = []
+    errors: list[str] = []
+    with ThreadPoolExecutor(4) as pool:
+        for seed in range(4):
+            pool.submit(run_load, adapter.gateway.url, stop, results, errors, seed)
+        try:
+            wait_for(lambda: len(results) >= 4, "turns before the transition")
+            served_before = len(results)
+            report = adapter.apply(after)
+            wait_for(lambda: len(results) >= served_before + 4, "turns through the restarted gateway")
+        finally:
+            stop.set()
+    assert killed and report.changed
+    assert adapter.gateway.process is not None and adapter.gateway.process.pid != killed[0]
+    assert sorted(reg.worker_type for _, reg in adapter.gateway.registered().values()) == want_types
+    assert adapter.apply(after).changed == ()  # the plan is fully applied: nothing left to do
+    assert not errors, errors[:3]
+    assert sum(retries for *_, retries in results) > 0  # clients did see the gateway gone, and retried
+    assert all(want == got for want, got, _ in results), "a request lost or duplicated tokens"
+
+
+def test_a_journal_pid_that_is_not_our_server_survives_a_shrink(tmp_path: Path, smg_available: None) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    try:
+        real = identify(stranger.pid)
+        assert real is not None
+        slots = slots_on_free_ports(2, Zone.DEDICATED, "w")
+        journal = Journal(tmp_path / "journal.jsonl", cluster_id=slots_digest(slots))
+        for worker, identity in (
+            ("w00", ProcessIdentity(stranger.pid, (real.started_at_s or 0) - 600, real.command_sha256)),  # reused
+            ("w01", ProcessIdentity(stranger.pid, None, None)),  # an old journal's bare pid
+        ):
+            action = Action(
+                kind=ActionKind.EXPAND,
+                worker_id=worker,
+                gpu_ids=slots[int(worker[-1])].gpu_ids,
+                zone=Zone.DEDICATED,
+                from_role=None,
+                to_role=Role.COLOCATED,
+            )
+            journal.write("begin", action, "old-plan")
+            journal.write("done", action, "old-plan", identity.to_record())
+        port, metrics = free_ports(2)
+        with Gateway(port=port, metrics_port=metrics, log_dir=tmp_path) as gateway:
+            adapter = SGLangCluster(
+                slots=slots,
+                launcher=SubprocessLauncher(FAKE, log_dir=tmp_path / "servers"),
+                gateway=gateway,
+                model_path="fake/model",
+                workload=WORKLOAD,
+                journal=journal,
+                drain_s=0.2,
+            )
+            assert {w.id for w in adapter.observe().workers if w.rollout_role is not None} == {"w00", "w01"}
+            report = adapter.apply(roles(Mode.COLOCATED))  # shrink both: their pids must not be signalled
+            adapter.shutdown()
+        assert report.changed == ("w00", "w01")
+        assert stranger.poll() is None, "a process pearl_sched did not start was killed"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_api_key_is_required_passed_and_never_logged(
+    tmp_path: Path, smg_available: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = "pearl-e2e-key-31c5e0"
+    monkeypatch.setenv("PEARL_SCHED_API_KEY", key)
+    slots = slots_on_free_ports(2, Zone.DEDICATED, "w")
+    port, metrics = free_ports(2)
+    with caplog.at_level(logging.DEBUG), Gateway(port=port, metrics_port=metrics, log_dir=tmp_path) as gateway:
+        adapter = SGLangCluster(
+            slots=slots,
+            launcher=SubprocessLauncher(FAKE, log_dir=tmp_path / "servers"),
+            gateway=gateway,
+            model_path="fake/model",
+            workload=WORKLOAD,
+            journal=Journal(tmp_path / "journal.jsonl"),
+            drain_s=0.2,
+        )
+        try:
+            adapter.apply(roles(Mode.COLOCATED, w00=Role.COLOCATED, w01=Role.COLOCATED))
+            assert len(gateway.registered()) == 2  # smg reached the keyed servers with the key
+            with RolloutClient(gateway.url, patience_s=30.0) as client:  # the key from the environment
+                assert len(client.generate([1, 2, 3], 12).output_ids) == 12
+            with (
+                RolloutClient(gateway.url, patience_s=0.5, api_key=None) as anonymous,
+                pytest.raises(AdapterError, match="HTTP 401"),
+            ):
+                anonymous.generate([1, 2, 3], 12)
+            for slot in slots:
+                with (
+                    SGLangServerClient(f"http://127.0.0.1:{slot.port}", attempts=1, api_key=None) as direct,
+                    pytest.raises(AdapterError, match="HTTP 401"),
+                ):
+                    direct.server_info()
+            adapter.apply(roles(Mode.COLOCATED, w00=Role.COLOCATED))
+            assert key not in repr(adapter)
+        finally:
+            adapter.shutdown()
+    assert key not in caplog.text
+    assert key not in (tmp_path / "journal.jsonl").read_text()
+    assert key not in (tmp_path / f"smg-{port}.log").read_text(errors="replace")
+    with pytest.raises(InvalidArgumentError, match="share one API key"):
+        SGLangCluster(
+            slots=slots,
+            launcher=SubprocessLauncher(FAKE, log_dir=tmp_path / "servers"),
+            gateway=Gateway(port=port, api_key=None),
+            model_path="fake/model",
+            workload=WORKLOAD,
+            journal=Journal(tmp_path / "other.jsonl"),
+        )
