@@ -8,7 +8,7 @@
 * :class:`TorchTrainer` — the reference trainer adapter (lend and reclaim GPUs, publish weights);
 * ``python -m pearl_sched.adapters.fake_sglang`` — a fake SGLang server for machines without a GPU.
 
-Names are imported on first use, so the extras they need (``sglang``, ``ray``, ``torch``) are only required
+Names are imported on first use, so the extras they need (``client``, ``ray``, ``torch``) are only required
 for what is used. The core never imports this package.
 """
 

@@ -1,4 +1,4 @@
-"""FakeSGLangServer: a test double of SGLang's HTTP server (0.5.2x), for machines without a GPU.
+"""FakeSGLangServer: a test double of SGLang's HTTP server, one release at a time, for machines without a GPU.
 
 It is a fake, named as one: no model runs, generation is a sleep of ``token_time_s`` per token. What it keeps
 faithful is the HTTP surface pearl_sched and the SGLang model gateway (``smg``) use (DESIGN.md §11) and its
@@ -18,6 +18,14 @@ rules:
   so far; ``retract``/``in_place`` hold them until ``/continue_generation``);
 * ``/update_weights_from_disk`` and ``/init_weights_update_group`` + ``/update_weights_from_distributed``, which
   set ``weight_version``.
+
+**Versions.** ``--fake-version`` (default the newest in :data:`FAKE_VERSIONS`) picks the release it imitates,
+with that release's flags and routes from :mod:`~pearl_sched.adapters.sglang_versions`: a flag the release does
+not have makes it exit with status 2, as SGLang's argparse does (it knows only the flags pearl_sched passes, not
+all of SGLang's); 0.5.2 serves ``/get_server_info``, ``/get_model_info`` and no ``/v1/loads``, and pauses always
+abort; ``/pd_role_switch`` exists from 0.5.21, reports the live role in ``/server_info``'s ``internal_states``
+and, for a switch to decode on a server that has captured no decode CUDA graphs, requires
+``decode_cuda_graph_memory_gb``.
 
 Run it like SGLang: ``python -m pearl_sched.adapters.fake_sglang --model-path M --port P
 [--disaggregation-mode prefill --disaggregation-bootstrap-port B] [--enable-pd-role-switch] …`` (the same flags
@@ -46,10 +54,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pearl_sched.adapters.sglang_versions import BASE_FLAGS, RELEASES, SGLangRelease, release_for
+
 logger = logging.getLogger("pearl_sched.adapters.fake_sglang")
 
-VERSION = "0.5.21"
-ROLE_SWITCH_BACKENDS = ("mooncake", "mori")
+FAKE_VERSIONS = ("0.5.2", "0.5.8", "0.5.10", "0.5.23")  # ROLL's, verl's and AReaL's pins, and the newest
+VERSION = FAKE_VERSIONS[-1]
+FAKE_DECODE_CUDA_GRAPH_BS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # what a fake decode server reports as captured
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -78,6 +89,12 @@ class FakeConfig:
     fail_role_switch: bool = False
     kv_wait_s: float = 10.0
     api_key: str | None = field(default=None, repr=False)
+    fake_decode_cuda_graph_memory_gb: float = 1.0  # a fake's figure, reported as the captured graphs' footprint
+
+    @property
+    def release(self) -> SGLangRelease:
+        """The release this fake imitates."""
+        return release_for(self.version)
 
 
 @dataclass
@@ -103,6 +120,8 @@ class _State:
     requests_total: int = 0
     aborted_total: int = 0
     rooms: dict[int, threading.Event] = field(default_factory=dict)
+    last_sampling_params: dict[str, Any] = field(default_factory=dict)  # what the last /generate asked for
+    decode_cuda_graph_bs: tuple[int, ...] = ()  # captured at start by a decode server, or on a switch to decode
 
 
 class FakeSGLangServer:
@@ -111,6 +130,8 @@ class FakeSGLangServer:
     def __init__(self, config: FakeConfig) -> None:
         self.config = config
         self.state = _State(role=config.disaggregation_mode)
+        if config.disaggregation_mode == "decode":
+            self.state.decode_cuda_graph_bs = FAKE_DECODE_CUDA_GRAPH_BS
         self.lock = threading.Condition()
         self.ids = itertools.count()
         self.http: ThreadingHTTPServer | None = None
@@ -143,7 +164,15 @@ class FakeSGLangServer:
 
     # -- endpoints ------------------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
-        c = self.config
+        c, s = self.config, self.state
+        launch = c.release.live_role_in_internal_states  # the top level holds launch values there
+        internal: dict[str, Any] = {"last_gen_throughput": 0.0}
+        if launch:
+            internal |= {
+                "disaggregation_mode": s.role,
+                "decode_cuda_graph_bs": list(s.decode_cuda_graph_bs),
+                "decode_cuda_graph_memory_gb": c.fake_decode_cuda_graph_memory_gb if s.decode_cuda_graph_bs else 0.0,
+            }
         return {
             "version": c.version,
             "model_path": c.model_path,
@@ -152,15 +181,32 @@ class FakeSGLangServer:
             "tp_size": c.tp_size,
             "dp_size": 1,
             "base_gpu_id": c.base_gpu_id,
-            "disaggregation_mode": self.state.role,
+            "disaggregation_mode": c.disaggregation_mode if launch else s.role,
             "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
             "disaggregation_bootstrap_port": self.bootstrap_port,
             "enable_pd_role_switch": c.enable_pd_role_switch,
             "enable_memory_saver": c.enable_memory_saver,
             "max_running_requests": c.max_running_requests,
-            "weight_version": self.state.weight_version,
+            "weight_version": "default" if launch else s.weight_version,  # a later update shows in /model_info
+            "internal_states": [internal],
             "is_fake": True,
         }
+
+    def routes(self) -> frozenset[str]:
+        """The routes this release serves (of those the fake implements)."""
+        release = self.config.release
+        routes = {
+            "/health", "/health_generate", "/get_server_info", "/get_model_info", "/v1/models", "/metrics",
+            "/get_load", "/generate", "/release_memory_occupation", "/resume_memory_occupation",
+            "/pause_generation", "/continue_generation", "/update_weights_from_disk",
+            "/update_weights_from_distributed", "/init_weights_update_group", "/flush_cache",
+        }  # fmt: skip
+        routes |= {release.server_info_path, release.model_info_path}
+        if release.has_v1_loads:
+            routes.add("/v1/loads")
+        if release.role_switch:
+            routes.add("/pd_role_switch")
+        return frozenset(routes)
 
     def loads(self) -> dict[str, Any]:
         with self.lock:
@@ -214,6 +260,7 @@ class FakeSGLangServer:
         if s.role != "null" and not all(k in body for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room")):
             return 400, {"error": f"a {s.role} server needs bootstrap_host, bootstrap_port and bootstrap_room"}
         params = body.get("sampling_params") or {}
+        s.last_sampling_params = dict(params)
         prompt = body.get("input_ids") or body.get("text") or ""
         prompt_tokens = len(prompt) if isinstance(prompt, list) else max(1, len(str(prompt).split()))
         request = _Request(
@@ -273,8 +320,16 @@ class FakeSGLangServer:
                 "finish_reason": finish,
                 "weight_version": s.weight_version,
                 "e2e_latency": request.generated * c.token_time_s,
+                **self._logprobs(body, request.generated),
             },
         }
+
+    @staticmethod
+    def _logprobs(body: dict[str, Any], generated: int) -> dict[str, Any]:
+        """``output_token_logprobs`` ([logprob, token id, text]) when asked; a fake's value, -0.1 · (position+1)."""
+        if not body.get("return_logprob"):
+            return {}
+        return {"output_token_logprobs": [[-0.1 * (i + 1), i, None] for i in range(generated)]}
 
     def pd_role_switch(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         c, s = self.config, self.state
@@ -285,31 +340,39 @@ class FakeSGLangServer:
             return code, {"success": False, "message": message, "old_role": old, "new_role": new_role}
 
         if not c.enable_pd_role_switch:
-            return refuse(400, "role switch is disabled: launch with --enable-pd-role-switch")
-        if c.disaggregation_transfer_backend not in ROLE_SWITCH_BACKENDS:
-            return refuse(400, f"role switch needs a mooncake or mori backend, not {c.disaggregation_transfer_backend}")
-        if new_role not in ("prefill", "decode") or s.role not in ("prefill", "decode"):
-            return refuse(400, f"cannot switch {s.role} to {new_role}: only prefill and decode servers switch")
+            return refuse(400, "--enable-pd-role-switch is not set on this instance")
+        if new_role not in ("prefill", "decode"):
+            return refuse(400, f"invalid new_role={new_role!r}")
+        if s.role not in ("prefill", "decode"):
+            return refuse(400, "instance is not running in PD disaggregation mode")
+        if c.disaggregation_transfer_backend not in c.release.role_switch_backends:
+            return refuse(
+                400, f"transfer backend {c.disaggregation_transfer_backend!r} does not support runtime role switch"
+            )
+        if new_role == old:
+            return 200, {"success": True, "message": "already in target role", "old_role": old, "new_role": new_role}
+        graph_gb = body.get("decode_cuda_graph_memory_gb")
+        if new_role == "decode" and not s.decode_cuda_graph_bs:
+            if graph_gb is None:
+                return refuse(400, "decode_cuda_graph_memory_gb is required before capturing decode graphs")
+            if float(graph_gb) < 0:
+                return refuse(400, "decode_cuda_graph_memory_gb must be non-negative")
         with self.lock:
             if s.switching:
-                return refuse(409, "another role switch is in progress")
+                return refuse(400, "another role switch is already in progress")
             if s.running:
-                return refuse(400, f"server is not idle ({len(s.running)} running requests)")
+                return refuse(400, "instance is not idle; drain all requests before switching")
             s.switching = True
         try:
             time.sleep(c.role_switch_time_s)
             if c.fail_role_switch:
-                return refuse(500, "role switch failed (injected fault)")
+                return refuse(400, "role switch failed (injected fault)")
             s.role = new_role
+            if new_role == "decode" and not s.decode_cuda_graph_bs:
+                s.decode_cuda_graph_bs = tuple(body.get("decode_cuda_graph_bs") or FAKE_DECODE_CUDA_GRAPH_BS)
             if new_role == "prefill" and self.bootstrap_port is not None and self.bootstrap is None:
                 self.bootstrap = _serve(c.host, self.bootstrap_port, _bootstrap_handler(self))
-            return 200, {
-                "success": True,
-                "message": "switched",
-                "old_role": old,
-                "new_role": new_role,
-                "safe_to_restore": True,
-            }
+            return 200, {"success": True, "message": "ok", "old_role": old, "new_role": new_role}
         finally:
             s.switching = False
 
@@ -325,7 +388,7 @@ class FakeSGLangServer:
         return 200, {"success": True, "message": "released" if release else "resumed"}
 
     def pause(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        mode = body.get("mode", "abort")
+        mode = body.get("mode", "abort") if self.config.release.pause_modes else "abort"  # 0.5.2 always aborts
         if mode not in ("abort", "retract", "in_place"):
             return 400, {"error": f"unknown pause mode {mode!r}"}
         with self.lock:
@@ -411,7 +474,9 @@ def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0]
             if not self.authorized(path):
                 return
-            if path in ("/health", "/health_generate"):
+            if path not in fake.routes():
+                self.reply(404, {"detail": "Not Found"})
+            elif path in ("/health", "/health_generate"):
                 self.reply(503 if fake.state.released else 200, {})
             elif path in ("/server_info", "/get_server_info"):
                 self.reply(200, fake.server_info())
@@ -452,8 +517,8 @@ def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
                 "/init_weights_update_group": lambda: _init_group(fake, body),
                 "/flush_cache": lambda: (200, {"success": True}),
             }
-            if path not in routes:
-                self.reply(404, {"error": f"no route {path}"})
+            if path not in routes or path not in fake.routes():
+                self.reply(404, {"detail": "Not Found"})
                 return
             code, payload = routes[path]()
             self.reply(code, payload)
@@ -489,8 +554,10 @@ def _bootstrap_handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
     return Bootstrap
 
 
-def parse_args(argv: list[str]) -> FakeConfig:
-    """The subset of ``sglang.launch_server`` flags the fake understands (others are accepted and ignored)."""
+def launch_parser(version: str = VERSION) -> argparse.ArgumentParser:
+    """The fake's launch parser for SGLang ``version``: that release's flags (of those pearl_sched passes) and the
+    fake's own ``--fake-*`` ones."""
+    release = release_for(version)
     p = argparse.ArgumentParser(prog="fake_sglang", description="A fake SGLang server (no model, no GPU)")
     p.add_argument("--model-path", default="fake/model")
     p.add_argument("--host", default="127.0.0.1")
@@ -498,18 +565,36 @@ def parse_args(argv: list[str]) -> FakeConfig:
     p.add_argument("--tp-size", type=int, default=1)
     p.add_argument("--base-gpu-id", type=int, default=0)
     p.add_argument("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
-    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake", choices=release.transfer_backends)
     p.add_argument("--disaggregation-bootstrap-port", type=int)
-    p.add_argument("--enable-pd-role-switch", action="store_true")
-    p.add_argument("--enable-memory-saver", action="store_true")
-    p.add_argument("--enable-metrics", action="store_true")
+    for flag in ("--enable-memory-saver", "--enable-metrics", "--skip-server-warmup", "--disable-cuda-graph"):
+        p.add_argument(flag, action="store_true")
+    modelled = {a for action in p._actions for a in action.option_strings}
+    for flag in sorted(BASE_FLAGS - modelled):
+        p.add_argument(flag)  # accepted, not modelled
+    gated = set().union(*(r.flags for r in RELEASES)) - BASE_FLAGS
+    for flag in sorted(gated & release.flags):
+        if flag.startswith("--enable-"):
+            p.add_argument(flag, action="store_true")
+        else:
+            p.add_argument(flag)
     p.add_argument("--fake-token-time", type=float, default=0.002)
     p.add_argument("--fake-startup-delay", type=float, default=0.0)
     p.add_argument("--fake-fail-start", action="store_true")
     p.add_argument("--fake-fail-role-switch", action="store_true")
     p.add_argument("--fake-version", default=VERSION)
-    p.add_argument("--api-key")
-    args, _ = p.parse_known_args(argv)
+    return p
+
+
+def parse_args(argv: list[str]) -> FakeConfig:
+    """The ``sglang.launch_server`` flags of the imitated release (``--fake-version``), plus the fake's own.
+
+    A flag the release does not have exits with status 2, as SGLang's parser does; flags pearl_sched passes but
+    the fake does not model (``--mem-fraction-static``, …) are accepted and ignored.
+    """
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--fake-version", default=VERSION)
+    args = launch_parser(pre.parse_known_args(argv)[0].fake_version).parse_args(argv)
     return FakeConfig(
         model_path=args.model_path,
         host=args.host,
@@ -519,7 +604,7 @@ def parse_args(argv: list[str]) -> FakeConfig:
         disaggregation_mode=args.disaggregation_mode,
         disaggregation_transfer_backend=args.disaggregation_transfer_backend,
         disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
-        enable_pd_role_switch=args.enable_pd_role_switch,
+        enable_pd_role_switch=bool(getattr(args, "enable_pd_role_switch", False)),
         enable_memory_saver=args.enable_memory_saver,
         enable_metrics=args.enable_metrics,
         version=args.fake_version,

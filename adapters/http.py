@@ -14,18 +14,22 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+from typing_extensions import Self
+
+from pearl_sched.adapters.sglang_versions import SGLangRelease, parse_version, release_for
 from pearl_sched.errors import PearlSchedError
 
 try:
     import httpx
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-except ImportError as exc:  # pragma: no cover - the sglang extra installs them
+except ImportError as exc:  # pragma: no cover - the client extra installs them
     from pearl_sched.errors import MissingExtraError
 
-    raise MissingExtraError(exc.name or "httpx", "sglang") from exc
+    raise MissingExtraError(exc.name or "httpx", "client") from exc
 
 
 class AdapterError(PearlSchedError):
@@ -234,39 +238,97 @@ def poll(check: Callable[[], bool], *, timeout_s: float, every_s: float = 0.1, w
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"0.5.21.post1"`` → ``(0, 5, 21)``."""
-    parts = []
-    for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits or not piece[0].isdigit():
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+    """The release numbers of a PEP 440 version: ``"0.5.21.post1"`` → ``(0, 5, 21)``, ``"0.5.2rc1"`` → ``(0, 5, 2)``.
+
+    Raises:
+        SGLangCompatibilityError: ``version`` is not a version.
+    """
+    return parse_version(version).release
+
+
+@dataclass(frozen=True)
+class DecodeGraphs:
+    """The decode CUDA graphs a server has captured, as ``/server_info``'s ``internal_states`` report them."""
+
+    batch_sizes: tuple[int, ...]
+    memory_gb: float
 
 
 class SGLangServerClient(_Client):
-    """One SGLang server's HTTP API (DESIGN.md §11)."""
+    """One SGLang server's HTTP API (DESIGN.md §11), under the routes of the release it runs.
+
+    The release is learnt from the first ``/server_info`` answer (``version``) unless given.
+    """
+
+    def __init__(self, url: str, *, release: SGLangRelease | None = None, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.release = release
 
     def server_info(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.call("GET", "/server_info", idempotent=True).json()
+        """``/server_info`` (``/get_server_info`` before 0.5.8); sets :attr:`release` from its ``version``."""
+        if self.release is not None:
+            path = self.release.server_info_path
+        else:  # both exist from 0.5.8 on (the old name logs a deprecation); 0.5.2 has only the old one
+            probe = self.call("GET", "/server_info", idempotent=True, ok=(200, 404))
+            path = "/server_info" if probe.status_code == 200 else "/get_server_info"
+            if probe.status_code == 200:
+                data: dict[str, Any] = probe.json()
+                self.release = release_for(str(data.get("version", "0")))
+                return data
+        data = self.call("GET", path, idempotent=True).json()
+        if self.release is None:
+            self.release = release_for(str(data.get("version", "0")))
         return data
+
+    def _known_release(self) -> SGLangRelease:
+        if self.release is None:
+            self.server_info()
+        assert self.release is not None
+        return self.release
+
+    def live_role(self, info: Mapping[str, Any] | None = None) -> str:
+        """The role the server runs in now: ``internal_states`` where reported, else the launch role."""
+        info = info if info is not None else self.server_info()
+        states = info.get("internal_states") or []
+        if states and isinstance(states[0], Mapping) and "disaggregation_mode" in states[0]:
+            return str(states[0]["disaggregation_mode"])
+        return str(info.get("disaggregation_mode", "null"))
+
+    def decode_graphs(self, info: Mapping[str, Any] | None = None) -> DecodeGraphs | None:
+        """The decode CUDA graphs captured (0.5.21 on), or None where the server does not report them."""
+        info = info if info is not None else self.server_info()
+        states = info.get("internal_states") or []
+        if not states or not isinstance(states[0], Mapping) or "decode_cuda_graph_bs" not in states[0]:
+            return None
+        state = states[0]
+        return DecodeGraphs(
+            tuple(int(b) for b in state.get("decode_cuda_graph_bs") or ()),
+            float(state.get("decode_cuda_graph_memory_gb") or 0.0),
+        )
 
     def supports_role_switch(self, info: Mapping[str, Any] | None = None) -> bool:
         """``/pd_role_switch`` exists from 0.5.21, needs the flag at launch and a mooncake or mori backend."""
         info = info if info is not None else self.server_info()
+        release = release_for(str(info.get("version", "0")))
         return (
-            version_tuple(str(info.get("version", "0"))) >= (0, 5, 21)
+            release.role_switch
             and bool(info.get("enable_pd_role_switch"))
-            and info.get("disaggregation_transfer_backend") in ("mooncake", "mori")
-            and info.get("disaggregation_mode") in ("prefill", "decode")
+            and info.get("disaggregation_transfer_backend") in release.role_switch_backends
+            and self.live_role(info) in ("prefill", "decode")
         )
 
     def loads(self) -> dict[str, Any]:
+        """``/v1/loads?include=all`` (0.5.8 on)."""
         data: dict[str, Any] = self.call("GET", "/v1/loads?include=all", idempotent=True).json()
         return data
 
     def running_requests(self) -> int:
-        return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in self.loads()["loads"])
+        """Running plus waiting requests: ``/v1/loads``, or the ``/metrics`` gauges before 0.5.8."""
+        if self._known_release().has_v1_loads:
+            loads = self.loads()["loads"]
+            return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in loads)
+        metrics = self.metrics()
+        return int(metrics.get("sglang:num_running_reqs", 0.0) + metrics.get("sglang:num_queue_reqs", 0.0))
 
     def metrics(self) -> dict[str, float]:
         """``/metrics`` parsed with prometheus_client: metric sample name → value (summed over labels)."""
@@ -285,10 +347,17 @@ class SGLangServerClient(_Client):
         ).json()
         return data
 
-    def role_switch(self, new_role: str) -> dict[str, Any]:
-        response = self.call(
-            "POST", "/pd_role_switch", json={"new_role": new_role}, idempotent=False, ok=(200, 400, 409, 500)
-        )
+    def role_switch(self, new_role: str, graphs: DecodeGraphs | None = None) -> dict[str, Any]:
+        """``POST /pd_role_switch``; ``graphs`` (from a decode peer) lets a switch to decode capture its graphs.
+
+        Raises:
+            AdapterError: The server refused or failed the switch; the message is its own.
+        """
+        payload: dict[str, Any] = {"new_role": new_role}
+        if graphs is not None:
+            payload["decode_cuda_graph_bs"] = list(graphs.batch_sizes) or None
+            payload["decode_cuda_graph_memory_gb"] = graphs.memory_gb
+        response = self.call("POST", "/pd_role_switch", json=payload, idempotent=False, ok=(200, 400, 409, 500))
         data: dict[str, Any] = response.json()
         if response.status_code != 200 or not data.get("success"):
             raise AdapterError(f"POST {self.url}/pd_role_switch to {new_role}: {data.get('message', response.text)}")
@@ -301,6 +370,7 @@ class SGLangServerClient(_Client):
         self._success("/resume_memory_occupation", {"tags": tags})
 
     def pause(self, mode: str = "retract") -> None:
+        """``/pause_generation``; releases before 0.5.8 ignore ``mode`` and always abort."""
         self.call("POST", "/pause_generation", json={"mode": mode}, idempotent=True)
 
     def resume_generation(self) -> None:
@@ -338,7 +408,9 @@ class SGLangServerClient(_Client):
         self._success("/update_weights_from_distributed", payload, idempotent=False)
 
     def weight_version(self) -> str:
-        return str(self.server_info().get("weight_version", ""))
+        """The live weight version, from ``/model_info`` (``/server_info`` holds the launch value from 0.5.21)."""
+        path = self._known_release().model_info_path
+        return str(self.call("GET", path, idempotent=True).json().get("weight_version", ""))
 
     def _success(self, path: str, payload: Mapping[str, Any], *, idempotent: bool = True) -> None:
         response = self.call("POST", path, json=dict(payload), idempotent=idempotent, ok=(200, 400))

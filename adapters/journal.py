@@ -35,7 +35,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
+
+from typing_extensions import Self
 
 from pearl_sched.adapters.processes import ProcessIdentity
 from pearl_sched.errors import PearlSchedError

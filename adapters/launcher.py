@@ -36,6 +36,15 @@ from pearl_sched.adapters.http import (
     validate_port,
 )
 from pearl_sched.adapters.processes import owns_listening_port
+from pearl_sched.adapters.sglang_versions import (
+    ENABLE_PD_ROLE_SWITCH,
+    NEWEST,
+    SGLangRelease,
+    check_argv,
+    installed_version,
+    release_for,
+    sglang_parser,
+)
 
 SGLANG = (sys.executable, "-m", "sglang.launch_server")
 FAKE = (sys.executable, "-m", "pearl_sched.adapters.fake_sglang")
@@ -96,6 +105,7 @@ class ServerSpec:
     extra_args: tuple[str, ...] = ()
     node: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    sglang_version: str | None = None  # the servers' SGLang; None: the installed one, else the newest known
 
     def __post_init__(self) -> None:
         if not isinstance(self.slot, str) or not _NAME.fullmatch(self.slot):
@@ -113,12 +123,26 @@ class ServerSpec:
         check_server_args(self.model_path, self.extra_args)
 
     @property
+    def release(self) -> SGLangRelease:
+        """The SGLang release whose flags and endpoints this server has."""
+        return release_for(self.sglang_version or installed_version() or NEWEST.version)
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
 
 def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
-    """The argv of ``sglang.launch_server`` (or a drop-in with the same flags) for ``spec``."""
+    """The argv of ``sglang.launch_server`` (or a drop-in with the same flags) for ``spec``.
+
+    Flags that not every release has are passed only to the releases that have them
+    (:mod:`~pearl_sched.adapters.sglang_versions`); when the real ``sglang`` is importable here, the argv is also
+    parsed by its own ``ServerArgs`` parser before anything starts.
+
+    Raises:
+        SGLangCompatibilityError: The installed SGLang's parser rejects the argv.
+    """
+    release = spec.release
     argv = [
         *command,
         "--model-path",
@@ -138,8 +162,8 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
         argv += ["--disaggregation-mode", spec.role, "--disaggregation-transfer-backend", spec.transfer_backend]
         if spec.bootstrap_port is not None:
             argv += ["--disaggregation-bootstrap-port", str(spec.bootstrap_port)]
-        if spec.enable_role_switch:
-            argv.append("--enable-pd-role-switch")
+        if spec.enable_role_switch and release.has(ENABLE_PD_ROLE_SWITCH):
+            argv.append(ENABLE_PD_ROLE_SWITCH)
     elif spec.role != "regular":
         raise ValueError(f"server role must be regular, prefill or decode, not {spec.role!r}")
     if spec.enable_memory_saver:
@@ -147,6 +171,10 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
     if spec.api_key is not None:
         argv += ["--api-key", spec.api_key]  # SGLang then requires it on every route but /health and /metrics
     argv += list(spec.extra_args)  # last, and checked in ServerSpec to set none of the flags above
+    if tuple(command) == SGLANG and spec.sglang_version in (None, installed_version()):
+        parser = sglang_parser()
+        if parser is not None:
+            check_argv(argv[len(command) :], parser)
     return argv
 
 

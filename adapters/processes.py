@@ -23,7 +23,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the sglang extra installs it
     from pearl_sched.errors import MissingExtraError
 
-    raise MissingExtraError(exc.name or "psutil", "sglang") from exc
+    raise MissingExtraError(exc.name or "psutil", "client") from exc
 
 logger = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ tokens still owed, until the turn is complete (the partial-trajectory resubmissi
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +17,10 @@ from pearl_sched.adapters.http import FROM_ENV, AdapterError, FromEnv, resolve_a
 
 try:
     import httpx
-except ImportError as exc:  # pragma: no cover - the sglang extra installs it
+except ImportError as exc:  # pragma: no cover - the client extra installs it
     from pearl_sched.errors import MissingExtraError
 
-    raise MissingExtraError(exc.name or "httpx", "sglang") from exc
+    raise MissingExtraError(exc.name or "httpx", "client") from exc
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Completion:
     resubmits: int
     retries: int
     weight_versions: tuple[str, ...]
+    output_logprobs: tuple[float, ...] = ()  # one per output token when asked for (``return_logprob``)
 
 
 class RolloutClient:
@@ -61,16 +63,35 @@ class RolloutClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Completion:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        sampling_params: Mapping[str, Any] | None = None,
+        *,
+        return_logprob: bool = False,
+    ) -> Completion:
+        """One turn of ``max_new_tokens`` tokens, resubmitted across aborts until complete.
+
+        Args:
+            prompt_ids: The prompt's token ids.
+            max_new_tokens: Tokens owed for the turn.
+            sampling_params: SGLang sampling parameters passed through (temperature, top_p, stop, …);
+                ``max_new_tokens`` is set per submission to the tokens still owed.
+            return_logprob: Ask SGLang for each output token's log-probability (``output_token_logprobs``).
+        """
         output: list[int] = []
+        logprobs: list[float] = []
         resubmits = retries = 0
         versions: list[str] = []
         deadline = time.monotonic() + self.patience_s
         while len(output) < max_new_tokens:
             payload: dict[str, Any] = {
                 "input_ids": [*prompt_ids, *output],
-                "sampling_params": {"max_new_tokens": max_new_tokens - len(output), "temperature": 0.0},
+                "sampling_params": {**(sampling_params or {}), "max_new_tokens": max_new_tokens - len(output)},
             }
+            if return_logprob:
+                payload["return_logprob"] = True
             try:
                 response = self.http.post("/generate", json=payload)
             except httpx.HTTPError as exc:
@@ -85,12 +106,15 @@ class RolloutClient:
             meta = data.get("meta_info", {})
             produced = list(data.get("output_ids") or [])[: int(meta.get("completion_tokens", 0))]
             output.extend(produced)
+            if return_logprob:
+                entries = list(meta.get("output_token_logprobs") or [])[: len(produced)]
+                logprobs.extend(float(e[0]) for e in entries)
             versions.append(str(meta.get("weight_version", "")))
             if (meta.get("finish_reason") or {}).get("type") == "abort":
                 resubmits += 1
                 continue
             break
-        return Completion(tuple(output), resubmits, retries, tuple(versions))
+        return Completion(tuple(output), resubmits, retries, tuple(versions), tuple(logprobs))
 
     def _wait(self, deadline: float, why: str) -> None:
         if time.monotonic() > deadline:

@@ -9,7 +9,10 @@ carries a plan's actions out in order (DESIGN.md §6):
   rollout client to resubmit elsewhere; then stop the server (or, for a borrowed training GPU kept
   pre-spawned, ``/release_memory_occupation``) and hand the GPUs back to the trainer;
 * **re-role** prefill↔decode — drain, then ``/pd_role_switch`` when the server supports it (feature-detected
-  from ``/server_info``), else a restart; then ``PUT /workers/{id}``. A failed switch replaces the worker;
+  from ``/server_info``: SGLang 0.5.21 on), else a restart; then ``PUT /workers/{id}``. A switch to decode on a
+  server that has captured no decode CUDA graphs carries a decode peer's ``decode_cuda_graph_bs`` and
+  ``decode_cuda_graph_memory_gb`` (SGLang refuses it without them); with no decode peer to measure, the worker
+  is restarted and the log says why. A failed switch replaces the worker;
 * **restart** — a colocated↔disaggregated change: drain, stop, start in the new mode (the gateway restarts in
   the new mode too);
 * **expand** — start (or resume a pre-spawned borrowed worker), bring its weights to the cluster's version
@@ -40,6 +43,7 @@ from typing import Any
 from pearl_sched.adapters.gateway import Gateway, Registration
 from pearl_sched.adapters.http import (
     AdapterError,
+    DecodeGraphs,
     InvalidArgumentError,
     SGLangServerClient,
     api_key_from_env,
@@ -110,6 +114,7 @@ class SGLangCluster:
     ready_timeout_s: float = 600.0
     enable_memory_saver: bool = False
     extra_args: tuple[str, ...] = ()
+    sglang_version: str | None = None  # the servers' SGLang release; None: the installed one, else the newest
     on_action: Callable[[Action, str], None] | None = None  # a test hook: at "begin" and once a server "started"
     api_key: str | None = field(default_factory=api_key_from_env, repr=False)
     cluster_id: str | None = None  # names the cluster in the journal; default: a digest of the slots
@@ -279,20 +284,47 @@ class SGLangCluster:
         self._drain(slot)
         client = self._client(slot)
         try:
-            if client.supports_role_switch():
-                try:
-                    client.role_switch(SERVER_ROLE[role])
-                except AdapterError as exc:
-                    logger.warning("role switch of %s failed (%s); replacing the worker", slot.spec.id, exc)
+            info = client.server_info()
+            if client.supports_role_switch(info):
+                own = client.decode_graphs(info) if role is Role.DECODE else None
+                needs_peer = own is not None and not own.batch_sizes  # SGLang would capture decode graphs
+                graphs = self._peer_decode_graphs(slot) if needs_peer else None
+                if needs_peer and graphs is None:
+                    logger.warning(
+                        "%s has no decode CUDA graphs and no decode peer reports their footprint"
+                        " (decode_cuda_graph_memory_gb): restarting it as decode instead of switching",
+                        slot.spec.id,
+                    )
                 else:
-                    slot.role = role
-                    self._register(slot)
-                    return None
+                    try:
+                        client.role_switch(SERVER_ROLE[role], graphs)
+                    except AdapterError as exc:
+                        logger.warning("role switch of %s failed (%s); replacing the worker", slot.spec.id, exc)
+                    else:
+                        slot.role = role
+                        self._register(slot)
+                        return None
         finally:
             client.close()
         self._stop(slot)
         slot.role = None
         return self._start(slot, role, register=True)
+
+    def _peer_decode_graphs(self, slot: _Slot) -> DecodeGraphs | None:
+        """A decode peer's captured decode graphs (batch sizes and measured footprint), for ``slot``'s switch to
+        decode; None when no serving decode peer reports them."""
+        for peer in self._slots.values():
+            if peer is slot or peer.role is not Role.DECODE:
+                continue
+            with self._client(peer) as peer_client:
+                try:
+                    graphs = peer_client.decode_graphs()
+                except AdapterError as exc:
+                    logger.warning("decode peer %s did not answer (%s)", peer.spec.id, exc)
+                    continue
+            if graphs is not None and graphs.batch_sizes:
+                return graphs
+        return None
 
     def _admit(self, actions: Sequence[Action], plan_id: str) -> None:
         """Start every member of the admission group, then register them all — or cancel the group."""
@@ -344,6 +376,7 @@ class SGLangCluster:
             enable_memory_saver=self.enable_memory_saver or spec.zone is Zone.OVERLAP,
             extra_args=self.extra_args,
             node=spec.node,
+            sglang_version=self.sglang_version,
             api_key=self.api_key,
         )
         slot.handle = self.launcher.start(server, ready_timeout_s=self.ready_timeout_s)
@@ -449,8 +482,8 @@ class SGLangCluster:
         if info is None:
             slot.role = None
             return
-        mode = info.get("disaggregation_mode", "null")
-        slot.role = {"prefill": Role.PREFILL, "decode": Role.DECODE}.get(str(mode), Role.COLOCATED)
+        mode = client.live_role(info)
+        slot.role = {"prefill": Role.PREFILL, "decode": Role.DECODE}.get(mode, Role.COLOCATED)
 
     def shutdown(self) -> None:
         """Stop every server this adapter started and release the journal (the gateway is the caller's)."""

@@ -22,7 +22,8 @@ disaggregated configuration against colocated, on the e2e workload and on the sh
     crossover workload=<name> batch=<b> colocated_s=<x> best_disaggregated=<pPdD> disaggregated_s=<y> gain_pct=<z>
 
 Then the issue's targets, each with met=yes|no. Usage:
-    python bench/reproduce.py [--only scenarios,ratio,crossover] [--processes 2] [--out DIR (reports, plots)]
+    python bench/reproduce.py [--only scenarios,ratio,crossover] [--scenarios e2e,sensitivity/short-batch]
+                              [--processes 2] [--out DIR (reports, plots)]
                               [--ray [--ray-address ADDR]]   (the runs as Ray tasks: same figures as serial)
 """
 
@@ -53,11 +54,18 @@ def _fmt(x: float | None) -> str:
 
 
 def scenarios(
-    data: Path, processes: int, out: Path | None, ray_address: str | None = None, ray: bool = False
+    data: Path,
+    processes: int,
+    out: Path | None,
+    only: set[str] | None = None,
+    ray_address: str | None = None,
+    ray: bool = False,
 ) -> list[Report]:
     reports = []
     for name in ("e2e", "ablation", "sensitivity"):
         for scenario in load_scenario(name).expand():
+            if only is not None and name not in only and scenario.name not in only:
+                continue
             report = run_scenario(
                 scenario, list(scenario.policies), data, processes=processes, ray=ray, ray_address=ray_address
             )
@@ -187,6 +195,25 @@ def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> 
     if others:
         worst = min((r.ratio("pearl_sched", "pearl") or 0.0, r.scenario.name) for r in others)
         line("pearl_sched>=pearl_every_scenario", f"{worst[0]:.3f}@{worst[1]}", worst[0] >= 1 - 1e-9)
+    sweeps = ("oracle-static", "oracle-hindsight", "best-colocated", "best-disaggregated")  # references, not rivals
+    rivals: list[tuple[float, str]] = []
+    vs_sweep: list[tuple[float, str]] = []
+    for r in reports:
+        if "pearl_sched" not in r.runs:
+            continue
+        for segment in [*(s.name for s in r.scenario.segments), None]:
+            where = f"{r.scenario.name}:{segment or 'all'}"
+            for other in r.runs:
+                ratio = r.ratio("pearl_sched", other, segment)
+                if ratio is None or other == "pearl_sched":
+                    continue
+                (vs_sweep if other in sweeps else rivals).append((ratio, f"{other}@{where}"))
+    if rivals:
+        worst = min(rivals)
+        line("pearl_sched>=every_policy_within_0.5pct", f"{worst[0]:.4f}:{worst[1]}", worst[0] >= 0.995)
+    if vs_sweep:
+        worst = min(vs_sweep)
+        line("pearl_sched_within_3pct_of_every_sweep", f"{worst[0]:.4f}:{worst[1]}", worst[0] >= 0.97)
     ours = [(gap, equal) for name, gap, equal in selection if name == "improved"]
     if ours:
         share = sum(equal for _, equal in ours) / len(ours)
@@ -203,6 +230,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
     parser.add_argument("--ray", action="store_true", help="Run the independent runs as Ray tasks (the ray extra)")
     parser.add_argument("--ray-address", help="Ray cluster to join (implies --ray); default: a local one")
+    parser.add_argument(
+        "--scenarios", help="Comma-separated scenario files or variants to run, e.g. e2e,sensitivity/short-batch"
+    )
     args = parser.parse_args()
     use_ray = args.ray or args.ray_address is not None
     if use_ray:
@@ -212,7 +242,10 @@ def main() -> None:
             parser.error("--ray needs the ray extra: pip install 'pearl-sched[ray]'")
     parts = set(args.only.split(","))
     start = time.perf_counter()
-    reports = scenarios(args.data, args.processes, args.out, args.ray_address, use_ray) if "scenarios" in parts else []
+    only = set(args.scenarios.split(",")) if args.scenarios else None
+    reports = (
+        scenarios(args.data, args.processes, args.out, only, args.ray_address, use_ray) if "scenarios" in parts else []
+    )
     selection = ratio_selection(args.data, args.processes, args.ray_address, use_ray) if "ratio" in parts else []
     if "crossover" in parts:
         crossover(args.data)

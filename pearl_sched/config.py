@@ -71,3 +71,10 @@ class PolicyConfig(Frozen):
     )
     toggle_cost_alpha: float = Field(default=0.3, gt=0.0, le=1.0, description="EWMA weight of a new toggle")
     hazard_alpha: float = Field(default=0.3, gt=0.0, le=1.0, description="EWMA weight of a new hazard sample")
+    gate_horizon: Literal["residence", "batch"] = Field(
+        default="residence",
+        description=(
+            "What the expansion and borrowing gates weigh a GPU over: its expected residence (ours, "
+            "docs/policies.md) or the batch in flight only (PEARL's rule)"
+        ),
+    )

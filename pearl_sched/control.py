@@ -12,18 +12,19 @@ PEARL-faithful policy); the simulator's baselines implement the same protocol.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from pearl_sched._compat import StrEnum
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, MissingExtraError
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.planner import plan
-from pearl_sched.plans import Plan
+from pearl_sched.plans import Plan, PolicyState
 from pearl_sched.state import ClusterState, Mode, Role, ratio_label
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ class PlannerDecider:
 
     An infeasible state keeps the current configuration and records why (the loop never crashes on it),
     except when only the KV requirement binds: the engines queue what does not fit, so it plans for the
-    trajectories that can be resident. Any other error propagates.
+    trajectories that can be resident. Any other error propagates. ``policy_state`` is what the policies start
+    from (e.g. a preemption hazard fitted to an availability trace); each plan carries it on.
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class PlannerDecider:
         costs: TransitionCosts | None = None,
         policy: PolicyConfig | None = None,
         planning_costs: TransitionCosts | None = None,
+        policy_state: PolicyState | None = None,
     ) -> None:
         self.name = name
         self.model = model
@@ -155,6 +158,7 @@ class PlannerDecider:
         self.planning_costs = planning_costs or self.costs  # what the planner believes the costs are
         self.policy = policy or PolicyConfig()
         self.current: Plan | None = None
+        self.policy_state = policy_state
         self.last_error: str = ""
 
     def decide(self, event: Event, state: ClusterState) -> Plan | None:
@@ -165,6 +169,7 @@ class PlannerDecider:
                 current=self.current,
                 costs=self.planning_costs,
                 policy=self.policy,
+                policy_state=self.policy_state if self.current is None else None,
                 backend=self.backend,
             )
         except InfeasiblePlanError as exc:
@@ -221,16 +226,42 @@ class Record:
     seconds_lost: float
     reason: str
     deferred: str = ""
+    decision: str = ""  # initial / kept / changed / forced (a Plan's DecisionKind), "none" or "external"
+
+
+def step_metrics(record: Record) -> dict[str, float]:
+    """A loop turn as a flat ``name → number`` dict for wandb / tensorboard-style loggers.
+
+    Example: ``ControlLoop(..., on_record=lambda r: wandb.log(step_metrics(r)))``; keys are prefixed
+    ``pearl_sched/`` and the decision kind is one-hot, so every turn logs the same keys.
+    """
+    out = {
+        "pearl_sched/at_s": record.event.at_s,
+        "pearl_sched/disaggregated": 1.0 if record.mode == Mode.DISAGGREGATED.value else 0.0,
+        "pearl_sched/slots_changed": float(record.changed),
+        "pearl_sched/seconds_lost": record.seconds_lost,
+        "pearl_sched/predicted_makespan_s": (
+            record.predicted_makespan_s if record.predicted_makespan_s is not None else math.nan
+        ),
+    }
+    for kind in ("initial", "kept", "changed", "forced", "none", "external"):
+        out[f"pearl_sched/decision_{kind}"] = 1.0 if record.decision == kind else 0.0
+    return out
 
 
 class LoopMetrics:
-    """The loop's decisions as Prometheus metrics, in a registry of its own (``prometheus_client`` needed)."""
+    """The loop's decisions as Prometheus metrics, in a registry of its own (``prometheus_client`` needed).
+
+    Counters are exported without their ``_created`` series (``prometheus_client.disable_created_metrics``, a
+    process-wide setting, as Dynamo's planner does); :meth:`serve` exposes them over HTTP.
+    """
 
     def __init__(self, registry: Any | None = None) -> None:
         try:
-            from prometheus_client import CollectorRegistry, Counter, Gauge
-        except ImportError as exc:  # pragma: no cover - the sglang extra installs it
-            raise MissingExtraError("prometheus-client", "sglang") from exc
+            from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
+        except ImportError as exc:  # pragma: no cover - the client extra installs it
+            raise MissingExtraError("prometheus-client", "client") from exc
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.disaggregated = Gauge("pearl_sched_disaggregated", "1 when the plan is disaggregated", registry=r)
@@ -240,9 +271,16 @@ class LoopMetrics:
         self.transitions = Counter("pearl_sched_transitions", "Slots changed by applied plans", registry=r)
         self.lost = Counter("pearl_sched_seconds_lost", "Worker-seconds of capacity lost to transitions", registry=r)
         self.decisions = Counter("pearl_sched_decisions", "Loop turns by event", ["event"], registry=r)
+        self.decision_kinds = Counter(
+            "pearl_sched_decision_reasons",
+            "Loop turns by decision (initial, kept, changed, forced, ...)",
+            ["kind"],
+            registry=r,
+        )
 
     def record(self, record: Record, target: Target | None) -> None:
         self.decisions.labels(event=record.event.kind.value).inc()
+        self.decision_kinds.labels(kind=record.decision or "none").inc()
         if target is not None:
             roles = target.roles()
             self.disaggregated.set(1.0 if target.mode is Mode.DISAGGREGATED else 0.0)
@@ -258,6 +296,13 @@ class LoopMetrics:
         from prometheus_client import generate_latest
 
         return generate_latest(self.registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
+        """Serve ``/metrics`` over HTTP on ``addr:port`` from a daemon thread; returns the server (``shutdown()``)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server
 
 
 @dataclass
@@ -278,11 +323,11 @@ class ControlLoop:
             report = self.cluster.apply(target)
         predicted = target.makespan.total_s if isinstance(target, Plan) else None
         if isinstance(target, Plan):
-            reason = target.decision.reason
+            reason, decision = target.decision.reason, target.decision.kind.value
         elif target is None:
-            reason = getattr(self.decider, "last_error", "") or "kept"
+            reason, decision = getattr(self.decider, "last_error", "") or "kept", "none"
         else:
-            reason = getattr(self.decider, "reason", "")
+            reason, decision = getattr(self.decider, "reason", ""), "external"
         record = Record(
             event=event,
             ratio=_ratio(target),
@@ -292,6 +337,7 @@ class ControlLoop:
             seconds_lost=report.seconds_lost,
             reason=reason,
             deferred=report.deferred,
+            decision=decision,
         )
         self.records.append(record)
         if self.metrics is not None:
@@ -304,6 +350,24 @@ class ControlLoop:
         """Report a measured batch makespan (exported next to the prediction)."""
         if self.metrics is not None and math.isfinite(seconds):
             self.metrics.observed.set(seconds)
+
+    async def run(self, events: asyncio.Queue[Event], *, tick_s: float, clock: Callable[[], float]) -> None:
+        """Run the loop as an asyncio task: handle each queued event, and a ``TICK`` every ``tick_s`` seconds.
+
+        Each turn runs in a worker thread (``asyncio.to_thread``), so planning and the adapters' blocking HTTP
+        calls never block the caller's event loop; turns run one at a time. Cancel the task to stop it.
+
+        Args:
+            events: Events from the framework (step boundaries, preemption notices, ...).
+            tick_s: Seconds between ticks when no event arrives.
+            clock: The cluster's clock, stamped on ticks.
+        """
+        while True:
+            try:
+                event = await asyncio.wait_for(events.get(), timeout=tick_s)
+            except asyncio.TimeoutError:  # builtin TimeoutError only from 3.11
+                event = Event(EventKind.TICK, clock())
+            await asyncio.to_thread(self.handle, event)
 
 
 def _ratio(target: Target | None) -> str:

@@ -33,12 +33,14 @@ from pearl_sched.makespan import MakespanModel, PoolCapacity
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
     GateDecision,
+    borrow_can_pass,
     borrow_gate,
+    expansion_can_pass,
+    expansion_cost_share,
     expansion_gate,
     hysteresis,
     idle_window_allows_borrow,
     must_return,
-    toggle_cost_s,
 )
 from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
@@ -197,8 +199,9 @@ def plan(
     classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
+    inputs = _GateInputs(pstate, costs, policy, _idle_window_s(state, classified.slots))
     for gate in _GATES:  # step 3
-        problem, best = _gate(gate, classified, problem, best, pstate, costs, solves, reasons)
+        problem, best = _gate(gate, classified, problem, best, inputs, solves, reasons)
     if best is None:
         raise _diagnose(problem.with_classes(classified.classes), solves)
     decision, chosen = _hysteresis(state, problem, best, solves, policy, reasons)  # step 4
@@ -222,40 +225,83 @@ def _solve(problem: ClassProblem, solves: _SolveContext) -> _Solved | None:
 
 
 @dataclass(frozen=True)
+class _GateInputs:
+    """What the gates weigh besides the two makespans.
+
+    The policy state, costs, thresholds and horizon, and the idle window of the lendable training GPUs (None
+    when none can be lent).
+    """
+
+    pstate: PolicyState
+    costs: TransitionCosts
+    policy: PolicyConfig
+    idle_window_s: float | None
+
+
+@dataclass(frozen=True)
 class _GateSpec:
     """One gate of step 3: which slots it admits and the policy that decides.
 
-    ``decide(makespan_without_s, makespan_with_s, unfinished_fraction, policy_state, costs)`` is the policy;
-    ``threshold_s(policy_state, costs)`` is the gain it needs, for skipping a solve that cannot pass.
+    ``decide(makespan_without_s, makespan_with_s, unfinished_fraction, inputs)`` is the policy;
+    ``can_pass(makespan_without_s, makespan_lower_bound_s, unfinished_fraction, inputs)`` says whether any
+    configuration no faster than the bound could pass it, for skipping a solve that cannot.
     """
 
     category: _Category
     flag: str
-    decide: Callable[[float, float, float, PolicyState, TransitionCosts], GateDecision]
-    threshold_s: Callable[[PolicyState, TransitionCosts], float]
+    decide: Callable[[float, float, float, _GateInputs], GateDecision]
+    can_pass: Callable[[float, float, float, _GateInputs], bool]
 
 
-def _expansion(
-    without_s: float, with_s: float, rho: float, pstate: PolicyState, costs: TransitionCosts
-) -> GateDecision:
+def _expansion(without_s: float, with_s: float, rho: float, inputs: _GateInputs) -> GateDecision:
     return expansion_gate(
-        makespan_without_s=without_s, makespan_with_s=with_s, unfinished_fraction=rho, state=pstate, costs=costs
+        makespan_without_s=without_s,
+        makespan_with_s=with_s,
+        unfinished_fraction=rho,
+        state=inputs.pstate,
+        costs=inputs.costs,
+        config=inputs.policy,
     )
 
 
-def _borrow(without_s: float, with_s: float, rho: float, pstate: PolicyState, costs: TransitionCosts) -> GateDecision:
+def _expansion_can_pass(without_s: float, lower_s: float, rho: float, inputs: _GateInputs) -> bool:
+    return expansion_can_pass(
+        makespan_without_s=without_s,
+        makespan_lower_bound_s=lower_s,
+        unfinished_fraction=rho,
+        state=inputs.pstate,
+        costs=inputs.costs,
+        config=inputs.policy,
+    )
+
+
+def _borrow(without_s: float, with_s: float, rho: float, inputs: _GateInputs) -> GateDecision:
     return borrow_gate(
-        makespan_dedicated_s=without_s, makespan_full_s=with_s, unfinished_fraction=rho, state=pstate, costs=costs
+        makespan_dedicated_s=without_s,
+        makespan_full_s=with_s,
+        unfinished_fraction=rho,
+        state=inputs.pstate,
+        costs=inputs.costs,
+        config=inputs.policy,
+        idle_window_s=inputs.idle_window_s,
     )
 
 
-def _finalisation_s(pstate: PolicyState, costs: TransitionCosts) -> float:
-    return costs.finalisation_s
+def _borrow_can_pass(without_s: float, lower_s: float, rho: float, inputs: _GateInputs) -> bool:
+    return borrow_can_pass(
+        makespan_dedicated_s=without_s,
+        makespan_lower_bound_s=lower_s,
+        unfinished_fraction=rho,
+        state=inputs.pstate,
+        costs=inputs.costs,
+        config=inputs.policy,
+        idle_window_s=inputs.idle_window_s,
+    )
 
 
 _GATES: tuple[_GateSpec, ...] = (
-    _GateSpec(_Category.NEW_PREEMPTIBLE, "expand", _expansion, _finalisation_s),
-    _GateSpec(_Category.NEW_OVERLAP, "borrow", _borrow, toggle_cost_s),
+    _GateSpec(_Category.NEW_PREEMPTIBLE, "expand", _expansion, _expansion_can_pass),
+    _GateSpec(_Category.NEW_OVERLAP, "borrow", _borrow, _borrow_can_pass),
 )
 """Step 3's gates, in the order they are asked."""
 
@@ -265,8 +311,7 @@ def _gate(
     classified: _Classified,
     problem: ClassProblem,
     best: _Solved | None,
-    pstate: PolicyState,
-    costs: TransitionCosts,
+    inputs: _GateInputs,
     solves: _SolveContext,
     reasons: list[str],
 ) -> tuple[ClassProblem, _Solved | None]:
@@ -274,40 +319,81 @@ def _gate(
     if not classified.has(gate.category):
         return problem, best
     wider = classified.widen(problem, gate.category)
-    if best is not None and not _gate_can_pass(gate, best.solution, wider, pstate, costs):
+    if gate.category is _Category.NEW_PREEMPTIBLE and best is not None:
+        share = expansion_cost_share(
+            best.solution.makespan_s, wider.unfinished_fraction, inputs.pstate, inputs.costs, inputs.policy
+        )
+        wider = _amortised(wider, share)
+    if best is not None and not _gate_can_pass(gate, best.solution, wider, inputs):
         reasons.append(f"no {gate.flag}: even unlimited use of the extra GPUs could not pay off")
         return problem, best
     wider_best = solves.solve(wider)
     if wider_best is None:
         return problem, best
+    if gate.category is _Category.NEW_PREEMPTIBLE and best is None and inputs.pstate.preemption_hazard_per_s <= 0:
+        # A cold start on GPUs that stay (h = 0): their one-time costs are free in the long run. At h > 0 the
+        # costs stay whole here (docs/policies.md, limits).
+        share = expansion_cost_share(
+            wider_best.solution.makespan_s, wider.unfinished_fraction, inputs.pstate, inputs.costs, inputs.policy
+        )
+        if share < 1.0:
+            wider = _amortised(wider, share)
+            wider_best = solves.solve(wider) or wider_best
     if best is None:
         decision = GateDecision(True, f"{gate.flag}: needed for a feasible configuration")
     else:
         decision = gate.decide(
-            best.solution.makespan_s, wider_best.solution.makespan_s, wider.unfinished_fraction, pstate, costs
+            best.solution.makespan_s, wider_best.solution.makespan_s, wider.unfinished_fraction, inputs
         )
+        saved_s = best.solution.objective_s - wider_best.solution.objective_s
+        if (
+            not decision.allow
+            and inputs.policy.gate_horizon == "residence"
+            and wider_best.solution.makespan_s <= best.solution.makespan_s
+            and saved_s > 1e-9
+        ):
+            # No faster, but cheaper to reach (e.g. a lent GPU instead of starting a dedicated one): refusing
+            # it would leave a plan the next decision point, with the base slot started, would change.
+            decision = GateDecision(True, f"{gate.flag}: as fast, {saved_s:.1f} s less to reach")
     reasons.append(decision.reason)
     return (wider, wider_best) if decision.allow else (problem, best)
 
 
-def _gate_can_pass(
-    gate: _GateSpec,
-    without: ClassSolution,
-    wider: ClassProblem,
-    pstate: PolicyState,
-    costs: TransitionCosts,
-) -> bool:
+def _gate_can_pass(gate: _GateSpec, without: ClassSolution, wider: ClassProblem, inputs: _GateInputs) -> bool:
     """Whether the gate could pass at all; saves a solve when not.
 
     With every role at its full capacity in ``wider`` (a lower bound on any configuration's makespan there),
-    is the gain above the gate's threshold?
+    could the gain pass the gate?
     """
     full = {r: sum(c.weight[r] * c.size for c in wider.classes if r in c.eligible) for r in ROLES}
     bounds = [wider.terms.colocated.time_s(full[Role.COLOCATED])]
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
     lower = min(bounds) + wider.terms.environment_s
-    gain_bound = wider.unfinished_fraction * (without.makespan_s - lower)
-    return gain_bound > gate.threshold_s(pstate, costs)
+    return gate.can_pass(without.makespan_s, lower, wider.unfinished_fraction, inputs)
+
+
+def _amortised(problem: ClassProblem, share: float) -> ClassProblem:
+    """New workers' start costs and the admission pause, times ``share``.
+
+    Paid once, they are spread over the batches the new preemptible slots are expected to serve
+    (docs/policies.md). New dedicated slots, which stay longer still, get the same share, so that a
+    preemptible start never looks cheaper than a dedicated one.
+    """
+    if share >= 1.0:
+        return problem
+    classes = [
+        replace(c, cost={r: v * share for r, v in c.cost.items()}) if c.pauses_admission else c for c in problem.classes
+    ]
+    return replace(problem.with_classes(classes), admission_pause_s=problem.admission_pause_s * share)
+
+
+def _idle_window_s(state: ClusterState, slots: Iterable[_Slot]) -> float | None:
+    """Seconds until the trainer needs the training GPUs that could be lent now (None: none could)."""
+    index = state.gpu_index()
+    windows = [
+        index[g].reclaim_in_s or 0.0 for s in slots if s.category is _Category.NEW_OVERLAP for g in s.worker.gpu_ids
+    ]
+    return min(windows) if windows else None
 
 
 def _hysteresis(

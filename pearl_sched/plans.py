@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
 
+from pearl_sched._compat import StrEnum
 from pearl_sched.makespan import MakespanBreakdown
 from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 

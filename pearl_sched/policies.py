@@ -1,4 +1,4 @@
-"""Switching, borrowing and expansion policies (DESIGN.md §5 and §7).
+"""Switching, borrowing and expansion policies (docs/policies.md).
 
 Each policy is a pure function of its inputs and the previous :class:`~pearl_sched.plans.PolicyState`;
 nothing here reads a clock or keeps globals, so decisions replay exactly in the simulator and in tests.
@@ -63,6 +63,35 @@ def idle_window_allows_borrow(reclaim_in_s: float, costs: TransitionCosts, confi
     return reclaim_in_s > costs.activation_s + costs.deactivation_s + config.drain_margin_s
 
 
+def borrow_serving_s(idle_window_s: float, costs: TransitionCosts, config: PolicyConfig) -> float:
+    """Seconds a lent training GPU serves inside an idle window: after activation, until it must start going back."""
+    return idle_window_s - costs.activation_s - costs.deactivation_s - config.drain_margin_s
+
+
+def borrow_value_s(
+    *,
+    makespan_dedicated_s: float,
+    makespan_full_s: float,
+    unfinished_fraction: float,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+    idle_window_s: float | None = None,
+) -> float:
+    """Seconds of rollout a loan saves, the quantity :func:`borrow_gate` weighs against ``T̂_toggle``.
+
+    PEARL's rule (``gate_horizon="batch"``, or no idle window known) counts the batch in flight:
+    ``(R/B)·(T̂_dedicated − T̂_full)``. Over the residence, the lent GPUs save ``T̂_dedicated − T̂_full`` per batch
+    of ``T̂_full`` seconds they serve, and they serve the idle window less activation, deactivation and the
+    drain margin: ``(T̂_dedicated − T̂_full)·serving/T̂_full`` (docs/policies.md).
+    """
+    if config.gate_horizon == "batch" or idle_window_s is None:
+        return unfinished_fraction * (makespan_dedicated_s - makespan_full_s)
+    if makespan_full_s <= 0:
+        return 0.0
+    serving = max(0.0, borrow_serving_s(idle_window_s, costs, config))
+    return (makespan_dedicated_s - makespan_full_s) * serving / makespan_full_s
+
+
 def borrow_gate(
     *,
     makespan_dedicated_s: float,
@@ -70,13 +99,84 @@ def borrow_gate(
     unfinished_fraction: float,
     state: PolicyState,
     costs: TransitionCosts,
+    config: PolicyConfig | None = None,
+    idle_window_s: float | None = None,
 ) -> GateDecision:
-    """PEARL Eq. 7: lend training GPUs only if ``(R/B)·(T̂_dedicated − T̂_full) > T̂_toggle``."""
-    gain = unfinished_fraction * (makespan_dedicated_s - makespan_full_s)
+    """Lend training GPUs only if the rollout seconds they save beat ``T̂_toggle`` (PEARL Eq. 7).
+
+    With ``config.gate_horizon == "batch"`` (or no ``idle_window_s``) this is Eq. 7 as the paper writes it,
+    ``(R/B)·(T̂_dedicated − T̂_full) > T̂_toggle``; otherwise the saving is counted over the trainer's idle
+    window (:func:`borrow_value_s`), and a window too short to serve in at all is refused.
+    """
+    config = config or PolicyConfig()
     toggle = toggle_cost_s(state, costs)
+    if config.gate_horizon == "residence" and idle_window_s is not None:
+        serving = borrow_serving_s(idle_window_s, costs, config)
+        if serving <= 0:
+            return GateDecision(False, f"no borrow: idle window {idle_window_s:.1f} s ends before the GPUs can serve")
+    gain = borrow_value_s(
+        makespan_dedicated_s=makespan_dedicated_s,
+        makespan_full_s=makespan_full_s,
+        unfinished_fraction=unfinished_fraction,
+        costs=costs,
+        config=config,
+        idle_window_s=idle_window_s,
+    )
     if gain > toggle:
         return GateDecision(True, f"borrow: gain {gain:.1f} s > toggle cost {toggle:.1f} s")
     return GateDecision(False, f"no borrow: gain {gain:.1f} s ≤ toggle cost {toggle:.1f} s")
+
+
+def expected_residence_s(state: PolicyState) -> float:
+    """Mean seconds a preemptible GPU stays, ``1/h`` for the exponential residence of hazard h (inf at h = 0)."""
+    hazard = state.preemption_hazard_per_s
+    return 1.0 / hazard if hazard > 0 else math.inf
+
+
+def expansion_ready_s(costs: TransitionCosts, prepared_s: float = 0.0) -> float:
+    """Seconds from admission until a new preemptible worker serves: preparation left, then finalisation."""
+    return max(0.0, costs.preparation_s - prepared_s) + costs.finalisation_s
+
+
+def _later_batches_s(gain_s: float, makespan_with_s: float, start_s: float, hazard_per_s: float) -> float:
+    """``gain/T_with · ∫_start^∞ e^(−h·t) dt``: the saving over the batches served after ``start_s``."""
+    if gain_s <= 0 or makespan_with_s <= 0:
+        return 0.0
+    if hazard_per_s <= 0:
+        return math.inf
+    return gain_s / makespan_with_s * math.exp(-hazard_per_s * start_s) / hazard_per_s
+
+
+def expansion_value_s(
+    *,
+    makespan_without_s: float,
+    makespan_with_s: float,
+    unfinished_fraction: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+    prepared_s: float = 0.0,
+) -> float:
+    """Expected seconds of rollout saved by admitting preemptible GPUs, weighed by :func:`expansion_gate`.
+
+    The batch in flight (PEARL's rule, all of it under ``gate_horizon="batch"``):
+    ``(R/B)·(T_without − T_with)·e^(−h·T_with)·max(0, 1 − P/T_with)``, P the preparation left. Over the
+    residence, every later second the GPUs serve saves ``(T_without − T_with)/T_with``; they serve from the
+    end of the batch in flight or when ready, whichever is later (s = max(ρ·T_with, P + finalisation)), until
+    preempted: ``(T_without − T_with)/T_with · e^(−h·s)/h`` (docs/policies.md has the derivation).
+    """
+    gain = unfinished_fraction * (makespan_without_s - makespan_with_s)
+    preparation = max(0.0, costs.preparation_s - prepared_s)
+    survive = math.exp(-state.preemption_hazard_per_s * makespan_with_s)
+    useful = max(0.0, 1.0 - preparation / makespan_with_s) if makespan_with_s > 0 else 0.0
+    value = gain * survive * useful
+    if config.gate_horizon == "batch":
+        return value
+    start = max(unfinished_fraction * makespan_with_s, expansion_ready_s(costs, prepared_s))
+    later = _later_batches_s(
+        makespan_without_s - makespan_with_s, makespan_with_s, start, state.preemption_hazard_per_s
+    )
+    return value + later
 
 
 def expansion_gate(
@@ -86,20 +186,115 @@ def expansion_gate(
     unfinished_fraction: float,
     state: PolicyState,
     costs: TransitionCosts,
+    config: PolicyConfig | None = None,
+    prepared_s: float = 0.0,
 ) -> GateDecision:
-    """Admit preemptible GPUs only if the discounted gain beats the admission pause.
+    """Admit preemptible GPUs only if the expected saving beats the admission pause.
 
-    The gain ``(R/B)·(T_without − T_with)`` is discounted by the chance the GPUs survive the batch,
-    ``exp(−hazard·T_with)``, and by the part of the batch spent preparing them in the background,
-    ``max(0, 1 − preparation/T_with)``; it must exceed the finalisation pause.
+    Under ``gate_horizon="batch"`` (PEARL's rule) the saving is the batch in flight's, discounted by the chance
+    the GPUs survive it, ``exp(−hazard·T_with)``, and by the part of it spent preparing them in the background,
+    ``max(0, 1 − preparation/T_with)``. Under ``"residence"`` (the default) the batches they serve afterwards,
+    until the hazard says they are gone, count too (:func:`expansion_value_s`), and GPUs whose expected
+    residence ``1/hazard`` ends before they are ready are never admitted. ``prepared_s``: seconds of
+    preparation already done (a refused expansion is asked again at the next decision point).
     """
-    gain = unfinished_fraction * (makespan_without_s - makespan_with_s)
-    survive = math.exp(-state.preemption_hazard_per_s * makespan_with_s)
-    useful = max(0.0, 1.0 - costs.preparation_s / makespan_with_s) if makespan_with_s > 0 else 0.0
-    value = gain * survive * useful
+    config = config or PolicyConfig()
+    if config.gate_horizon == "residence":
+        residence, ready = expected_residence_s(state), expansion_ready_s(costs, prepared_s)
+        if residence <= ready:
+            return GateDecision(
+                False, f"no expansion: expected residence {residence:.1f} s ends before ready in {ready:.1f} s"
+            )
+    value = expansion_value_s(
+        makespan_without_s=makespan_without_s,
+        makespan_with_s=makespan_with_s,
+        unfinished_fraction=unfinished_fraction,
+        state=state,
+        costs=costs,
+        config=config,
+        prepared_s=prepared_s,
+    )
     if value > costs.finalisation_s:
         return GateDecision(True, f"expand: discounted gain {value:.1f} s > pause {costs.finalisation_s:.1f} s")
     return GateDecision(False, f"no expansion: discounted gain {value:.1f} s ≤ pause {costs.finalisation_s:.1f} s")
+
+
+def expansion_cost_share(
+    makespan_s: float, unfinished_fraction: float, state: PolicyState, costs: TransitionCosts, config: PolicyConfig
+) -> float:
+    """The share of a preemptible admission's one-time costs the batch in flight should carry.
+
+    The one-time costs are preparation and the admission pause; the share is the batch in flight's weight ρ
+    over the batches the GPUs are expected to serve, ρ + e^(−h·s)/(h·T). 1 under ``gate_horizon="batch"``
+    or when later batches weigh nothing; 0 when the hazard is 0 (the GPUs stay). ``makespan_s``: the batch's
+    predicted makespan without them; s as in :func:`expansion_value_s`.
+    """
+    if config.gate_horizon == "batch" or makespan_s <= 0 or unfinished_fraction <= 0:
+        return 1.0
+    hazard = state.preemption_hazard_per_s
+    if hazard <= 0:
+        return 0.0
+    start = max(unfinished_fraction * makespan_s, expansion_ready_s(costs))
+    later_batches = math.exp(-hazard * start) / (hazard * makespan_s)
+    return unfinished_fraction / (unfinished_fraction + later_batches)
+
+
+def expansion_can_pass(
+    *,
+    makespan_without_s: float,
+    makespan_lower_bound_s: float,
+    unfinished_fraction: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+) -> bool:
+    """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`expansion_gate`.
+
+    An upper bound on the saving: the batch in flight undiscounted, plus the later batches at the bound
+    (their saving falls as ``T_with`` grows). Lets the planner skip a solve that cannot pay off.
+    """
+    gain_bound = unfinished_fraction * (makespan_without_s - makespan_lower_bound_s)
+    if config.gate_horizon == "batch":
+        return gain_bound > costs.finalisation_s
+    ready = expansion_ready_s(costs)
+    if expected_residence_s(state) <= ready:
+        return False
+    start = max(unfinished_fraction * makespan_lower_bound_s, ready)
+    later = _later_batches_s(
+        makespan_without_s - makespan_lower_bound_s, makespan_lower_bound_s, start, state.preemption_hazard_per_s
+    )
+    return gain_bound + later > costs.finalisation_s
+
+
+def borrow_can_pass(
+    *,
+    makespan_dedicated_s: float,
+    makespan_lower_bound_s: float,
+    unfinished_fraction: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+    idle_window_s: float | None = None,
+) -> bool:
+    """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`borrow_gate`.
+
+    The saving per served second, ``(T̂_dedicated − T)/T``, falls as T grows, so the bound's is the most.
+    """
+    if (
+        config.gate_horizon == "residence"
+        and idle_window_s is not None
+        and borrow_serving_s(idle_window_s, costs, config) <= 0
+    ):
+        return False
+    value = borrow_value_s(
+        makespan_dedicated_s=makespan_dedicated_s,
+        makespan_full_s=makespan_lower_bound_s,
+        unfinished_fraction=unfinished_fraction,
+        costs=costs,
+        config=config,
+        idle_window_s=idle_window_s,
+    )
+    return value > toggle_cost_s(state, costs)
 
 
 def observe_toggle(state: PolicyState, measured_s: float, config: PolicyConfig) -> PolicyState:

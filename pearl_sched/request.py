@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Self
 
 from pydantic import Field, model_validator
+from typing_extensions import Self
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.makespan import DeviceParams, PearlParams

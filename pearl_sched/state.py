@@ -9,10 +9,12 @@ pydantic models that forbid unknown fields; rules that span objects are checked 
 from __future__ import annotations
 
 from collections import Counter
-from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Self
+
+from pearl_sched._compat import StrEnum
 
 
 class Frozen(BaseModel):

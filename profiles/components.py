@@ -132,7 +132,7 @@ class MonotoneStepRegressor(_StepTimeTags, RegressorMixin, BaseEstimator):  # ty
     def _capped(self, X: FloatArray) -> FloatArray:
         if self.design != "decode" or not np.isfinite(self.batch_cap_):
             return X
-        capped = X.copy()
+        capped: FloatArray = X.copy()
         capped[:, 0] = np.minimum(capped[:, 0], self.batch_cap_)
         return capped
 

@@ -405,7 +405,7 @@ def read_prometheus_scrapes(paths: Sequence[str | Path], *, gpu_type: str, model
     except ImportError as exc:
         from pearl_sched.errors import MissingExtraError
 
-        raise MissingExtraError("prometheus-client", "sglang") from exc
+        raise MissingExtraError("prometheus-client", "client") from exc
     scrapes = []
     for path in map(Path, paths):
         text = _read_text(path)

@@ -10,4 +10,5 @@ mkdir "$tree/pearl_sched"
 for entry in "$root"/pearl_sched/*; do ln -s "$entry" "$tree/pearl_sched/"; done
 for sub in solvers profiles adapters; do ln -s "$root/$sub" "$tree/pearl_sched/$sub"; done
 cd "$tree"
-python -m mypy --config-file "$root/pyproject.toml" -p pearl_sched
+# shellcheck disable=SC2086  # MYPY_EXTRA_ARGS (scripts/check_py310.sh) is a list of flags
+python -m mypy --config-file "$root/pyproject.toml" ${MYPY_EXTRA_ARGS:-} -p pearl_sched

@@ -32,10 +32,10 @@ def test_rejected_telemetry_is_a_pearl_sched_error() -> None:
 
 def test_metrics_without_prometheus_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
-    with pytest.raises(errors.MissingExtraError, match=r"pearl-sched\[sglang\]") as caught:
+    with pytest.raises(errors.MissingExtraError, match=r"pearl-sched\[client\]") as caught:
         LoopMetrics()
     assert isinstance(caught.value, ImportError)
-    assert caught.value.extra == "sglang"
+    assert caught.value.extra == "client"
 
 
 def test_simulation_error_is_still_a_runtime_error() -> None:

@@ -73,14 +73,16 @@ def test_expansion_gate_discounts_by_preemption_hazard() -> None:
         observe_preemptions(calm, preemptions=1, gpu_seconds=0.0, config=CONFIG)
 
 
-def test_expansion_gate_rejects_gains_eaten_by_preparation() -> None:
-    # The new GPUs spend 56.29 s preparing: on a 60 s batch almost nothing is left for them.
+def test_one_batch_expansion_gate_rejects_gains_eaten_by_preparation() -> None:
+    # PEARL's rule: the new GPUs spend 56.29 s preparing, so on a 60 s batch almost nothing is left for them.
+    # (Over their residence they would serve later batches too: tests/test_gate_horizon.py.)
     d = expansion_gate(
         makespan_without_s=100.0,
         makespan_with_s=60.0,
         unfinished_fraction=1.0,
         state=PolicyState(),
         costs=COSTS,
+        config=PolicyConfig(gate_horizon="batch"),
     )
     assert not d.allow
 

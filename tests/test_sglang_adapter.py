@@ -1,4 +1,8 @@
-"""The SGLang adapter against the real smg gateway and fake SGLang servers (named as fakes), on CPU."""
+"""The SGLang adapter against the real smg gateway and fake SGLang servers (named as fakes), on CPU.
+
+Every adapter test runs against each SGLang release the fake imitates (FAKE_VERSIONS: 0.5.2, 0.5.8, 0.5.10,
+0.5.23): the launch flags, routes and role-switch rules differ between them (adapters/sglang_versions.py).
+"""
 
 from __future__ import annotations
 
@@ -16,14 +20,15 @@ from pathlib import Path
 import pytest
 
 from pearl_sched import Mode, Role, Workload, Zone
-from pearl_sched.adapters.fake_sglang import FakeConfig, FakeSGLangServer
+from pearl_sched.adapters.fake_sglang import FAKE_VERSIONS, FakeConfig, FakeSGLangServer
 from pearl_sched.adapters.gateway import Gateway, find_smg
-from pearl_sched.adapters.http import AdapterError, InvalidArgumentError, SGLangServerClient
+from pearl_sched.adapters.http import AdapterError, DecodeGraphs, InvalidArgumentError, SGLangServerClient
 from pearl_sched.adapters.journal import Journal
 from pearl_sched.adapters.launcher import FAKE, SubprocessLauncher
 from pearl_sched.adapters.processes import ProcessIdentity, identify
 from pearl_sched.adapters.rollout import RolloutClient
 from pearl_sched.adapters.sglang import SGLangCluster, SlotSpec, local_slots, slots_digest
+from pearl_sched.adapters.sglang_versions import release_for
 from pearl_sched.control import Assignment, ClusterAdapter, TrainerAdapter
 from pearl_sched.plans import Action, ActionKind
 
@@ -83,8 +88,16 @@ def smg_available() -> None:
         pytest.fail(f"the real smg gateway is required for these tests: {exc}")
 
 
+@pytest.fixture(params=FAKE_VERSIONS)
+def sglang_version(request: pytest.FixtureRequest) -> str:
+    """The SGLang release the fake servers imitate."""
+    return str(request.param)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path, smg_available: None) -> Iterator[tuple[SGLangCluster, RecordingTrainer]]:
+def cluster(
+    tmp_path: Path, smg_available: None, sglang_version: str
+) -> Iterator[tuple[SGLangCluster, RecordingTrainer]]:
     dedicated = slots_on_free_ports(4, Zone.DEDICATED, "w")
     overlap = slots_on_free_ports(2, Zone.OVERLAP, "t")
     (port, metrics) = free_ports(2)
@@ -92,7 +105,7 @@ def cluster(tmp_path: Path, smg_available: None) -> Iterator[tuple[SGLangCluster
     trainer = RecordingTrainer([g for s in overlap for g in s.gpu_ids])
     adapter = SGLangCluster(
         slots=[*dedicated, *overlap],
-        launcher=SubprocessLauncher(FAKE, log_dir=tmp_path / "servers"),
+        launcher=SubprocessLauncher((*FAKE, "--fake-version", sglang_version), log_dir=tmp_path / "servers"),
         gateway=gateway,
         model_path="fake/model",
         workload=WORKLOAD,
@@ -100,6 +113,7 @@ def cluster(tmp_path: Path, smg_available: None) -> Iterator[tuple[SGLangCluster
         trainer=trainer,
         drain_s=0.5,
         ready_timeout_s=30.0,
+        sglang_version=sglang_version,
     )
     yield adapter, trainer
     adapter.shutdown()
@@ -117,6 +131,11 @@ def test_adapters_implement_the_protocols(cluster: tuple[SGLangCluster, Recordin
     assert isinstance(trainer, TrainerAdapter)
 
 
+OLDEST_AND_NEWEST = pytest.mark.parametrize("sglang_version", [FAKE_VERSIONS[0], FAKE_VERSIONS[-1]])
+"""The slow load-carrying scenarios run on the oldest and the newest release only (20 s each)."""
+
+
+@OLDEST_AND_NEWEST
 def test_elastic_scenario_accounts_for_every_request(cluster: tuple[SGLangCluster, RecordingTrainer]) -> None:
     adapter, trainer = cluster
     C, P, D = Role.COLOCATED, Role.PREFILL, Role.DECODE
@@ -149,7 +168,7 @@ def test_elastic_scenario_accounts_for_every_request(cluster: tuple[SGLangCluste
             assert types == ["decode", "decode", "prefill", "prefill"] and adapter.gateway.pd
             adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=D, w02=D, w03=D))  # flip one worker: 1P3D
             with SGLangServerClient(f"http://127.0.0.1:{adapter.slots[1].port}") as flipped:
-                assert flipped.server_info()["disaggregation_mode"] == "decode"
+                assert flipped.live_role() == "decode"
             adapter.set_reclaim_in(120.0)  # the trainer is idle: lend its two TP groups as decode workers
             adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=D, w02=D, w03=D, t00=D, t01=D))
             assert [c[0] for c in trainer.calls] == ["lend", "lend"] and not trainer.holding
@@ -202,12 +221,12 @@ def test_a_port_held_by_another_process_cancels_the_group_and_the_journal_says_s
 def test_a_failed_role_switch_replaces_the_worker(cluster: tuple[SGLangCluster, RecordingTrainer]) -> None:
     adapter, _ = cluster
     P, D = Role.PREFILL, Role.DECODE
-    adapter.extra_args = ("--fake-fail-role-switch",)  # these servers' /pd_role_switch answers 500
+    adapter.extra_args = ("--fake-fail-role-switch",)  # where /pd_role_switch exists, it refuses (400)
     adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=D))
-    adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=P))  # the switch fails: w01 is restarted as prefill
+    adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=P))  # the switch fails (or is absent): w01 is restarted
     with SGLangServerClient(f"http://127.0.0.1:{adapter.slots[1].port}") as replaced:
         info = replaced.server_info()
-    assert info["disaggregation_mode"] == "prefill"
+    assert replaced.live_role(info) == "prefill" and info["disaggregation_mode"] == "prefill"
     assert sorted(reg.worker_type for _, reg in adapter.gateway.registered().values()) == ["prefill", "prefill"]
 
 
@@ -244,6 +263,7 @@ def test_a_killed_controller_resumes_from_the_journal(
         trainer=trainer,
         drain_s=0.5,
         ready_timeout_s=30.0,
+        sglang_version=adapter.sglang_version,
     )
     serving = {w.id for w in resumed.observe().workers if w.rollout_role is not None}
     assert serving == {"w00", "w01"}
@@ -330,12 +350,12 @@ def test_fake_server_rules(tmp_path: Path) -> None:
         with pytest.raises(AdapterError, match="needs bootstrap_host"):
             p.call("POST", "/generate", json={"text": "x"}, idempotent=False)
         assert not n.supports_role_switch()
-        with pytest.raises(AdapterError, match="mooncake or mori"):
+        with pytest.raises(AdapterError, match="does not support runtime role switch"):
             n.role_switch("prefill")
         p.release_memory(["kv_cache"])
         assert p.call("POST", "/generate", json={}, idempotent=False, ok=(503,)).status_code == 503
         p.resume_memory(["kv_cache"])
-        assert p.role_switch("decode")["new_role"] == "decode"
+        assert p.role_switch("decode", DecodeGraphs((1, 2), 0.5))["new_role"] == "decode"
     finally:
         p.close()
         n.close()
@@ -343,6 +363,7 @@ def test_fake_server_rules(tmp_path: Path) -> None:
         nixl.stop()
 
 
+@OLDEST_AND_NEWEST
 def test_reclaim_deadline_is_met_under_load(cluster: tuple[SGLangCluster, RecordingTrainer]) -> None:
     import time
 
@@ -372,6 +393,96 @@ def test_reclaim_deadline_is_met_under_load(cluster: tuple[SGLangCluster, Record
     assert trainer.holding == {g for s in adapter.slots if s.zone is Zone.OVERLAP for g in s.gpu_ids}
     assert all(want == got for want, got, _ in done)
     assert sum(resubmits for _, _, resubmits in done) > 0  # aborted partial turns were resubmitted elsewhere
+
+
+def test_a_re_role_switches_in_place_where_the_release_can(
+    cluster: tuple[SGLangCluster, RecordingTrainer], sglang_version: str
+) -> None:
+    """0.5.21 on: prefill→decode through /pd_role_switch, carrying a decode peer's captured graph sizes and
+    footprint (SGLang refuses the switch without them); before: a restart in the new role."""
+    adapter, _ = cluster
+    P, D = Role.PREFILL, Role.DECODE
+    adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=P, w02=D))
+    before = adapter._slots["w01"].handle
+    adapter.apply(roles(Mode.DISAGGREGATED, w00=P, w01=D, w02=D))
+    after = adapter._slots["w01"].handle
+    with SGLangServerClient(f"http://127.0.0.1:{adapter.slots[1].port}") as flipped:
+        info = flipped.server_info()
+        assert flipped.live_role(info) == "decode"
+        graphs = flipped.decode_graphs(info)
+    in_place = release_for(sglang_version).role_switch
+    assert (after is before) == in_place
+    if in_place:
+        assert info["disaggregation_mode"] == "prefill"  # the launch value: the live role is in internal_states
+        assert graphs is not None and graphs.batch_sizes  # captured on the switch, with the peer's sizes
+    else:
+        assert info["disaggregation_mode"] == "decode" and graphs is None
+    assert sorted(reg.worker_type for _, reg in adapter.gateway.registered().values()) == [
+        "decode",
+        "decode",
+        "prefill",
+    ]
+
+
+@pytest.mark.parametrize("version", FAKE_VERSIONS)
+def test_fake_routes_follow_the_release(version: str) -> None:
+    fake = FakeSGLangServer(FakeConfig(port=free_ports(1)[0], version=version)).start()
+    release = release_for(version)
+    try:
+        with SGLangServerClient(fake.url, attempts=1) as client:
+            assert client.server_info()["version"] == version and client.release == release
+            assert client.running_requests() == 0  # /v1/loads, or /metrics on 0.5.2
+            status = {
+                p: client.call("GET", p, idempotent=True, ok=(200, 404)).status_code
+                for p in ("/server_info", "/v1/loads")
+            }
+            assert status == {
+                "/server_info": 200 if version != "0.5.2" else 404,
+                "/v1/loads": 200 if release.has_v1_loads else 404,
+            }
+            switch = client.call(
+                "POST", "/pd_role_switch", json={"new_role": "decode"}, idempotent=False, ok=(200, 400, 404)
+            )
+            assert (switch.status_code == 404) == (not release.role_switch)
+    finally:
+        fake.stop()
+
+
+def test_switch_to_decode_without_graphs_needs_their_footprint() -> None:
+    """SGLang 0.5.21+ (srt/disaggregation/role_switch.py): a prefill server flipping to decode captures decode
+    graphs and refuses unless told decode_cuda_graph_memory_gb."""
+    ports = free_ports(2)
+    fake = FakeSGLangServer(
+        FakeConfig(
+            port=ports[0],
+            disaggregation_mode="prefill",
+            disaggregation_bootstrap_port=ports[1],
+            enable_pd_role_switch=True,
+        )
+    ).start()
+    try:
+        with SGLangServerClient(fake.url, attempts=1) as client:
+            assert client.decode_graphs() == DecodeGraphs((), 0.0)
+            with pytest.raises(AdapterError, match="decode_cuda_graph_memory_gb is required"):
+                client.role_switch("decode")
+            assert client.live_role() == "prefill"
+            client.role_switch("decode", DecodeGraphs((1, 2, 4), 0.8))
+            assert client.live_role() == "decode" and client.decode_graphs() == DecodeGraphs((1, 2, 4), 1.0)
+    finally:
+        fake.stop()
+
+
+def test_rollout_client_passes_sampling_parameters_and_returns_logprobs() -> None:
+    fake = FakeSGLangServer(FakeConfig(port=free_ports(1)[0])).start()
+    client = RolloutClient(fake.url, patience_s=10.0)
+    try:
+        done = client.generate([1, 2, 3], 5, {"temperature": 0.7, "top_p": 0.9}, return_logprob=True)
+        assert fake.state.last_sampling_params == {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 5}
+        assert len(done.output_ids) == 5 and len(done.output_logprobs) == 5
+        assert client.generate([1], 3).output_logprobs == ()  # not asked for
+    finally:
+        client.close()
+        fake.stop()
 
 
 def run_load(

@@ -84,6 +84,16 @@ class AvailabilityTrace:
         spans = np.diff(np.concatenate([self.times_s, [self.end_s]]))
         return float(np.sum(spans * self.counts) / self.end_s) if self.end_s > 0 else float(self.counts[0])
 
+    def preemption_hazard_per_s(self) -> float:
+        """Departures per live unit-second: the maximum-likelihood rate of an exponential residence.
+
+        Every drop of the count is that many departures; the exposure is the time-integral of the count.
+        """
+        spans = np.diff(np.concatenate([self.times_s, [self.end_s]]))
+        exposure = float(np.sum(spans * self.counts))
+        departures = float(np.sum(np.maximum(0.0, -np.diff(self.counts))))
+        return departures / exposure if exposure > 0 else 0.0
+
     def scaled(self, factor: float, cap: int, step: int = 1) -> AvailabilityTrace:
         """Counts × ``factor``, rounded down to a multiple of ``step`` (whole TP groups), capped at ``cap``."""
         counts = np.minimum(cap, np.floor(self.counts * factor / step) * step)

@@ -25,6 +25,9 @@
                    them, and takes the action whose training can start first.
 ``pearl_sched-no-borrow``, ``best-colocated``, ``best-disaggregated``
                    Ablations: pearl_sched without borrowing; oracle-static restricted to one mode.
+``pearl_sched-one-batch``
+                   Ablation: pearl_sched with PEARL's one-batch gates (``gate_horizon="batch"``) instead of
+                   gates weighed over the residence; the same fitted hazard (what the horizon is worth).
 =================  ==============================================================================================
 """
 
@@ -57,6 +60,7 @@ class PolicySpec:
     fixed_pool: str | None = None  # 'dedicated' (ROLL) or 'mean' (ROLL-Large): no preemptible GPUs
     allow_borrow: bool = True
     description: str = ""
+    fitted_hazard: bool = False  # starts from the preemption hazard fitted to the availability trace
 
 
 def _slots(state: ClusterState) -> list[tuple[str, Zone, Role | None, bool]]:
@@ -404,6 +408,11 @@ def _free_toggles(costs: TransitionCosts) -> TransitionCosts:
     return costs.model_copy(update={"activation_s": 0.0, "deactivation_s": 0.0})
 
 
+def _one_batch(policy: PolicyConfig) -> PolicyConfig:
+    """PEARL's gates: the batch in flight is the whole horizon."""
+    return policy.model_copy(update={"gate_horizon": "batch"})
+
+
 POLICIES: dict[str, PolicySpec] = {
     spec.name: spec
     for spec in (
@@ -437,16 +446,20 @@ POLICIES: dict[str, PolicySpec] = {
                 "ungated", st.predictor("improved"), costs=c, policy=p, planning_costs=_free_toggles(c)
             ),
             description="pearl_sched's planner, borrowing without the Eq. 7 gate",
+            fitted_hazard=True,
         ),
         PolicySpec(
             "pearl",
-            lambda st, c, p: PlannerDecider("pearl", st.predictor("pearl"), backend="enumeration", costs=c, policy=p),
+            lambda st, c, p: PlannerDecider(
+                "pearl", st.predictor("pearl"), backend="enumeration", costs=c, policy=_one_batch(p)
+            ),
             description="PEARL-faithful: its model, its enumeration, its gate",
         ),
         PolicySpec(
             "pearl_sched",
             lambda st, c, p: PlannerDecider("pearl_sched", st.predictor("improved"), costs=c, policy=p),
             description="improved predictor + MILP + policies",
+            fitted_hazard=True,
         ),
         PolicySpec(
             "oracle-static",
@@ -463,6 +476,15 @@ POLICIES: dict[str, PolicySpec] = {
             lambda st, c, p: PlannerDecider("pearl_sched-no-borrow", st.predictor("improved"), costs=c, policy=p),
             allow_borrow=False,
             description="pearl_sched without borrowing training GPUs (ablation)",
+            fitted_hazard=True,
+        ),
+        PolicySpec(
+            "pearl_sched-one-batch",
+            lambda st, c, p: PlannerDecider(
+                "pearl_sched-one-batch", st.predictor("improved"), costs=c, policy=_one_batch(p)
+            ),
+            description="pearl_sched with PEARL's one-batch expansion and borrowing gates (ablation)",
+            fitted_hazard=True,
         ),
         PolicySpec(
             "best-colocated",

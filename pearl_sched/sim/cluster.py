@@ -99,6 +99,24 @@ class ObservedStepTimes:
         self.decode_bt += batch * seconds
         return seconds
 
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """The world's mixed prefill+decode pass (not recorded: PEARL's linear forms have no mixed step)."""
+        return self.world.mixed_s(
+            prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """The world's step-time source."""
+        return self.world.source
+
     def fit(self, prior: DeviceParams) -> DeviceParams | None:
         """PEARL's ``t_p`` and ``A + b·n`` fitted to this batch's samples (None without two batch sizes)."""
         k = self.decode_k

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
+from pearl_sched.control import PlannerDecider
 from pearl_sched.errors import MissingExtraError
+from pearl_sched.plans import PolicyState
 from pearl_sched.shared_data import DEFAULT_DATA as DEFAULT_DATA
 from pearl_sched.shared_data import default_data as default_data
 from pearl_sched.sim.availability import AvailabilityTrace
@@ -125,6 +127,16 @@ def _job(scenario_json: str, policy: str, segment_index: int, data: str, tick_s:
 
 
 _SETTINGS: dict[str, Setting] = {}
+_HAZARDS: dict[str, float] = {}
+
+
+def fitted_hazard_per_s(scenario: Scenario, data: Path) -> float:
+    """Preemptions per GPU-second over the scenario's whole availability trace (per node of it, before any
+    segment's scaling): the history an operator has before a run, the prior of the expansion gate."""
+    path = data / scenario.availability_trace
+    if str(path) not in _HAZARDS:
+        _HAZARDS[str(path)] = AvailabilityTrace.from_bamboo(path).preemption_hazard_per_s()
+    return _HAZARDS[str(path)]
 
 
 def setting_for(scenario: Scenario, data: Path) -> Setting:
@@ -150,10 +162,13 @@ def run_policy_segment(
         trace = AvailabilityTrace(np.zeros(1), np.array([float(fixed)]), trace.end_s)
     costs = costs_for(scenario)
     config = PolicyConfig()
+    decider = spec.build(setting, costs, config)
+    if spec.fitted_hazard and isinstance(decider, PlannerDecider):
+        decider.policy_state = PolicyState(preemption_hazard_per_s=fitted_hazard_per_s(scenario, data))
     return run_segment(
         setting,
         trace,
-        spec.build(setting, costs, config),
+        decider,
         costs=costs,
         policy=config,
         segment=segment.name,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
@@ -115,8 +115,19 @@ class Scenario(Frozen):
     max_length_tokens: int = Field(gt=0)
     staleness: int = Field(default=1, ge=0)
     trajectories: str = Field(
-        description="Where turns come from (../shared/data/agentic): 'tau-bench' or 'tau-bench+mooncake-outputs'"
+        description="Where turns come from: 'tau-bench' or 'tau-bench+mooncake-outputs' (../shared/data/agentic), "
+        "or a coding-agent source 'swe-deepseek', 'swe-gemini', 'swe-mini', 'claude-code' (../shared/data/agentic-swe)"
     )
+    step_times: Literal["kernel-composition", "aiconfigurator-core"] = Field(
+        default="kernel-composition",
+        description="Where worker step times come from: aiconfigurator's SGLang kernel tables composed here, or "
+        "aiconfigurator-core's compiled engine (the aic extra)",
+    )
+    backend: Literal["sglang", "vllm", "trtllm"] = Field(
+        default="sglang", description="Serving framework the aiconfigurator-core engine models"
+    )
+    attention_dp: int = Field(default=1, ge=1, description="Attention data-parallel size (aiconfigurator-core)")
+    moe_ep: int | None = Field(default=None, ge=1, description="MoE expert-parallel size (aiconfigurator-core)")
     output_scale: float = Field(
         default=1.0,
         gt=0,

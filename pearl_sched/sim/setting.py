@@ -1,7 +1,8 @@
 """Everything a scenario's simulation needs, built once from the scenario file and ``../shared/data``.
 
 * Worker step times: the scenario's model composed from aiconfigurator's SGLang kernel tables for its GPU and
-  TP (``profiles.kernels``); KV capacity from the GPU's memory (the system file's ``mem_capacity``) less the
+  TP (``profiles.kernels``), or aiconfigurator-core's engine when the scenario's ``step_times`` says so
+  (:mod:`~pearl_sched.sim.sources`); KV capacity from the GPU's memory (the system file's ``mem_capacity``) less the
   weights; the P→D link from its ``inter_node_bw`` (per GPU, one direction).
 * The predictors' parameters: PEARL's device parameters fitted to the same step times around the batch's
   operating point (``profiles.to_pearl.fit_device``), used by PEARL's model and by the improved one.
@@ -19,12 +20,14 @@ from pathlib import Path
 
 from pearl_sched.makespan import MakespanModel, PearlParams
 from pearl_sched.predictors import make_predictor
-from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
+from pearl_sched.profiles.kernels import shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
 from pearl_sched.sim.rollout import Pool, TrajectorySpec
 from pearl_sched.sim.scenario import Scenario, ScenarioError
-from pearl_sched.sim.steptimes import ComposedStepTimes
+from pearl_sched.sim.sources import step_times_for, trajectories_for
+from pearl_sched.sim.steptimes import ComposedStepTimes, StepTimes
+from pearl_sched.sim.swe_workload import CodingAgentTurns
 from pearl_sched.sim.workload import AgenticTurns, BatchStats, batch_stats
 from pearl_sched.state import Mode, Workload
 
@@ -53,12 +56,12 @@ class Setting:
 
     scenario: Scenario
     config: ModelConfig
-    steps: ComposedStepTimes
+    steps: StepTimes
     kv_bytes_per_token: int
     kv_capacity_bytes: float
     link_bytes_per_s: float
     gpu_peak_flops: float
-    turns: AgenticTurns
+    turns: AgenticTurns | CodingAgentTurns
 
     @classmethod
     def load(cls, scenario: Scenario, data: Path) -> Setting:
@@ -68,17 +71,15 @@ class Setting:
             if key not in system:
                 raise ScenarioError(f"{system_dir / scenario.gpu}.yaml: no {key}")
         config = shipped_config(scenario.model)
-        composed = ComposedStepModel(config, KernelTables(system_dir / scenario.gpu), tp=scenario.tp)
-        source, _, _ = scenario.trajectories.partition(":")
         return cls(
             scenario=scenario,
             config=config,
-            steps=ComposedStepTimes(composed),
+            steps=step_times_for(scenario, data),
             kv_bytes_per_token=config.kv_bytes_per_token(),
             kv_capacity_bytes=kv_capacity_bytes(config, scenario.tp, system["mem_capacity"]),
             link_bytes_per_s=system["inter_node_bw"],
             gpu_peak_flops=system["bfloat16_tc_flops"],
-            turns=AgenticTurns.load(data / "agentic" / "agentic_turns.csv", source),
+            turns=trajectories_for(scenario, data),
         )
 
     # -- batches --------------------------------------------------------------------------------------------
@@ -139,12 +140,18 @@ class Setting:
             appended_tokens: The tokens each turn after the first prefills.
             max_batch: The largest decode batch per worker the fit samples.
         """
-        composed = self.steps.model
+        steps = self.steps
+        if isinstance(steps, ComposedStepTimes):  # the kernel model itself, unsnapped
+            prefill_s = lambda n, c: steps.model.prefill_s(n, cached_tokens=c)  # type: ignore[attr-defined]  # noqa: E731
+            decode_s = steps.model.decode_s  # type: ignore[attr-defined]
+        else:
+            prefill_s = lambda n, c: steps.prefill_s(n, 1, c)  # noqa: E731
+            decode_s = lambda b, c: steps.decode_s(round(b), c)  # noqa: E731
         device = fit_device(
             gpu_type=self.gpu_type,
             tp=self.scenario.tp,
-            prefill_s=lambda n, c: composed.prefill_s(n, cached_tokens=c),  # type: ignore[attr-defined]
-            decode_s=composed.decode_s,  # type: ignore[attr-defined]
+            prefill_s=prefill_s,
+            decode_s=decode_s,
             context_tokens=context_tokens,
             appended_tokens=appended_tokens,
             max_batch=max_batch,
@@ -155,7 +162,7 @@ class Setting:
             switch_overhead_s=0.0,
             kv_bandwidth_bytes_per_s=self.link_bytes_per_s,
             kv_bandwidth_per_prefill_worker=True,
-            source=f"fitted to {self.scenario.model} kernel composition on {self.scenario.gpu} TP{self.scenario.tp}",
+            source=f"fitted to {self.scenario.model} on {self.scenario.gpu} TP{self.scenario.tp}: {steps.source}",
         )
 
     @property

@@ -1,16 +1,26 @@
 """Step-time sources the simulator's workers run on.
 
-A :class:`StepTimes` gives one prefill batch's time and one decode iteration's time. Two implementations:
-:class:`LinearStepTimes` from PEARL's device parameters (``t_p`` per token; ``A + b·n`` per iteration),
-and :class:`ComposedStepTimes` around a :class:`~pearl_sched.profiles.kernels.ComposedStepModel` (kernel tables
-composed for a model, GPU and TP), memoised on a coarse grid so a long simulation stays fast.
+A :class:`StepTimes` gives one prefill batch's time, one decode iteration's time and one mixed iteration's time
+(a prefill chunk in the same forward pass as a decode batch, as SGLang's chunked prefill runs them), and says in
+``source`` which path produced them. Four implementations:
+
+* :class:`LinearStepTimes` from PEARL's device parameters (``t_p`` per token; ``A + b·n`` per iteration);
+* :class:`ComposedStepTimes` around a :class:`~pearl_sched.profiles.kernels.ComposedStepModel` (kernel tables
+  composed for a model, GPU and TP), memoised on a coarse grid so a long simulation stays fast;
+* ``pearl_sched.profiles.aic_engine.AicStepTimes``: NVIDIA aiconfigurator-core's compiled engine (the ``aic``
+  extra), any model / GPU / backend / parallelism it ships, with online calibration from observed step times;
+* :class:`FittedStepTimes`: component models fitted to a deployment's own logged metrics (``profiles.fit``).
+
+The linear, composed and fitted ones have no model of a mixed pass: their ``mixed_s`` is the sum of the prefill and
+decode parts run back to back (an upper bound: a real mixed pass reads the weights once for both).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Protocol, runtime_checkable
+import warnings
+from typing import Any, Protocol, runtime_checkable
 
 from pearl_sched.makespan import DeviceParams
 
@@ -27,6 +37,35 @@ class StepTimes(Protocol):
         """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
         ...
 
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """One forward pass running a prefill chunk together with a decode batch."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """Which path produced these step times (shown in every report)."""
+        ...
+
+
+def _sequential_mixed_s(
+    steps: StepTimes,
+    prefill_new_tokens: float,
+    prefill_sequences: int,
+    prefill_cached_tokens: float,
+    decode_batch: int,
+    decode_context_tokens: float,
+) -> float:
+    prefill = steps.prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens)
+    decode = steps.decode_s(decode_batch, decode_context_tokens) if decode_batch > 0 else 0.0
+    return prefill + decode
+
 
 class LinearStepTimes:
     """PEARL's linear forms: prefill ``t_p`` per new token, decode ``A + b·n`` (context-independent)."""
@@ -39,6 +78,24 @@ class LinearStepTimes:
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
         return self.device.decode_iteration_s + self.device.decode_per_seq_s * batch
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (PEARL's linear forms have no mixed pass)."""
+        return _sequential_mixed_s(
+            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """``pearl-linear``: PEARL's device parameters."""
+        return "pearl-linear (device parameters; mixed = prefill + decode)"
 
 
 class ComposedStepTimes:
@@ -70,3 +127,96 @@ class ComposedStepTimes:
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
         return self._decode(batch, self._snap(max(context_tokens, 1.0)))  # batch exact: the iteration's size
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (the kernel composition has no mixed pass)."""
+        return _sequential_mixed_s(
+            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """``kernel-composition``: aiconfigurator's kernel tables composed here."""
+        return "kernel-composition (aiconfigurator SGLang kernel tables; mixed = prefill + decode)"
+
+
+class FittedStepTimes:
+    """Step times from component models fitted to a deployment's logged metrics (``profiles.fit``).
+
+    ``prefill`` predicts from (tokens, cached tokens, batch size, TP) — a ``prefill`` or ``ttft`` component —
+    and ``decode`` from (batch size, context tokens, TP) — a ``decode_step`` or ``itl`` component; both are
+    :class:`~pearl_sched.profiles.fit.FittedComponent`. Calls are memoised on the same ~6% grid as
+    :class:`ComposedStepTimes`. A call outside the box the components were fitted on is still answered (the
+    components extrapolate monotonically) and counted in ``extrapolated``, which ``source`` reports. ``mixed_s`` is
+    prefill + decode back to back (the logged metrics have no mixed pass).
+    """
+
+    def __init__(self, prefill: Any, decode: Any, tp: int) -> None:
+        self.prefill = prefill
+        self.decode = decode
+        self.tp = tp
+        self.extrapolated = 0
+        self._prefill = functools.lru_cache(maxsize=65536)(self._prefill_exact)
+        self._decode = functools.lru_cache(maxsize=65536)(self._decode_exact)
+
+    def _predict(self, component: Any, row: list[float]) -> float:
+        import numpy as np
+
+        from pearl_sched.profiles.components import ExtrapolationWarning
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ExtrapolationWarning)
+            value = float(component.predict(np.array([row]))[0])
+        self.extrapolated += any(issubclass(w.category, ExtrapolationWarning) for w in caught)
+        return max(value, 0.0)
+
+    def _prefill_exact(self, tokens: float, sequences: int, cached: float) -> float:
+        return self._predict(self.prefill, [tokens, cached, float(sequences), float(self.tp)])
+
+    def _decode_exact(self, batch: int, context: float) -> float:
+        return self._predict(self.decode, [float(batch), context, float(self.tp)])
+
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """A prefill batch of ``sequences`` with ``new_tokens`` in all, after ``cached_tokens`` each on average."""
+        if new_tokens <= 0:
+            return 0.0
+        snap = ComposedStepTimes._snap
+        return self._prefill(snap(new_tokens), max(sequences, 1), snap(cached_tokens))
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
+        return self._decode(batch, ComposedStepTimes._snap(max(context_tokens, 1.0)))
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (no mixed pass in the logged metrics)."""
+        return _sequential_mixed_s(
+            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """``fitted-profile``: the components' source, GPU, model and held-out errors."""
+        parts = []
+        for name, comp in (("prefill", self.prefill), ("decode", self.decode)):
+            report = getattr(comp, "report", None)
+            if report is not None:
+                parts.append(
+                    f"{name} {report.target} from {report.source} {report.gpu_type} {report.model} "
+                    f"(held-out MAPE {report.heldout_mape_pct:.1f}%)"
+                )
+        where = "; ".join(parts) if parts else "components without reports"
+        return f"fitted-profile ({where}; {self.extrapolated} extrapolated calls; mixed = prefill + decode)"

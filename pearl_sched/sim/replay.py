@@ -1,0 +1,412 @@
+"""Closed-loop serving benchmarks replayed on one simulated SGLang server, for validating step times.
+
+A benchmark row (ISL, OSL, concurrency ``C``) is ``C`` clients, each sending a fresh ISL-token prompt with
+``max_new_tokens = OSL`` (EOS ignored), waiting for the whole answer, then sending the next — as
+``sglang.bench_serving --max-concurrency C`` runs it. :func:`replay_closed_loop` plays that on one worker with SGLang's
+default scheduling (``python/sglang/srt/managers/scheduler.py`` and ``schedule_policy.py``):
+
+* **prefill first**: every iteration first tries to build a prefill batch from the waiting queue (FCFS); only when
+  none can be built does the running batch decode one token. Decode and prefill do not share a forward pass
+  (SGLang's ``--enable-mixed-chunk`` is off by default; ``mixed_chunk=True`` runs them together through
+  ``StepTimes.mixed_s``).
+* **chunked prefill**: a prefill batch takes at most ``chunked_prefill_size`` new tokens (and ``max_prefill_tokens``);
+  a prompt longer than what is left is cut and continued in the next prefill batch (one chunked request at a time).
+* **admission against the KV pool**: a request is admitted when its prompt plus ``min(max_new_tokens, 4096) ×
+  new_token_ratio`` fits in the pool after reserving the same for every running request's remaining tokens; the
+  ratio starts at 0.7, decays by 0.001 per decode step to 0.098 (SGLang's ``init/min_new_token_ratio`` and
+  ``new_token_ratio_decay`` at ``schedule_conservativeness`` 1).
+* **retraction**: when a decode step cannot get one KV slot per running request, the requests with the fewest
+  generated tokens are retracted (their KV freed) until it can; they go back to the front of the queue and are
+  prefilled again from scratch (prompt + what they had generated; no radix cache here) and the ratio is reset
+  as SGLang's ``retract_decode`` resets it.
+* **continuous batching**: requests leave the batch at their last token, new ones join after their prefill.
+
+The measured quantities are the benchmark's: per request TTFT (arrival → first token, which the prefill step
+emits), TPOT ((E2E − TTFT) / (OSL − 1)) and E2E, averaged over every request of ``rounds × C``.
+The scheduler is one class (:class:`SGLangDefaultScheduler`) so that the simulator's full SGLang world can replace it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from pearl_sched.errors import PearlSchedError
+from pearl_sched.sim.steptimes import StepTimes
+
+CLIP_MAX_NEW_TOKENS = 4096
+"""SGLang's ``CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation per request counts at most this many new tokens."""
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RETRACT_DECODE_STEPS = 20
+
+
+class ReplayError(PearlSchedError, ValueError):
+    """A benchmark row that cannot be replayed (one request does not fit the pool, bad sizes)."""
+
+
+def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
+    """SGLang's default ``chunked_prefill_size`` by GPU memory (server_args ``_handle_gpu_memory_settings``)."""
+    gib = gpu_memory_bytes / 2**30
+    if gib < 35:
+        return 2048
+    if gib < 60:
+        return 4096
+    if gib < 160:
+        return 8192
+    return 16384
+
+
+@dataclass(eq=False)
+class _Request:
+    rid: int
+    arrival_s: float
+    target: int  # tokens to prefill: the prompt, or prompt + generated after a retraction
+    osl: int  # max_new_tokens (EOS ignored)
+    first_token_s: float = -1.0
+    prefilled: int = 0
+    generated: int = 0  # at join
+    kv: int = 0  # KV tokens held, at join (while prefilling: exact)
+    join_iter: int = 0
+    finish_iter: int = 0
+    live: bool = False
+
+
+@dataclass
+class ReplayResult:
+    """Means over every request of a replay, in seconds, and what happened on the way."""
+
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    requests: int
+    retractions: int
+    prefill_steps: int
+    decode_steps: int
+    max_used_tokens: int
+    pool_tokens: int
+
+
+@dataclass
+class SGLangDefaultScheduler:
+    """One SGLang worker's iteration loop under its default policies (see the module docstring).
+
+    Running requests advance lazily: a request that joined the decode batch at decode iteration ``j`` with ``g``
+    tokens generated and ``k`` KV tokens has ``g + (i - j)`` and ``k + (i - j)`` at iteration ``i``, so a decode step
+    costs O(1) in the batch size.
+    """
+
+    steps: StepTimes
+    pool_tokens: int
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    max_running_requests: int = 4096
+    mixed_chunk: bool = False
+    new_token_ratio: float = INIT_NEW_TOKEN_RATIO
+    decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
+    waiting: deque[_Request] = field(default_factory=deque)
+    running: dict[int, _Request] = field(default_factory=dict)
+    chunked: _Request | None = None
+    used_tokens: int = 0
+    decode_iter: int = 0
+    retractions: int = 0
+    _kv_base: int = 0  # Σ (kv - join_iter) over running
+    _gen_base: int = 0  # Σ (generated - join_iter) over running
+    _osl_sum: int = 0  # Σ osl over running
+    _long: int = 0  # running requests with osl above CLIP_MAX_NEW_TOKENS
+    _finish: list[tuple[int, int, _Request]] = field(default_factory=list)
+
+    def generated(self, req: _Request) -> int:
+        """Tokens ``req`` has generated so far."""
+        return req.generated + (self.decode_iter - req.join_iter) if req.live else req.generated
+
+    def kv(self, req: _Request) -> int:
+        """KV tokens ``req`` holds now."""
+        return req.kv + (self.decode_iter - req.join_iter) if req.live else req.kv
+
+    def mean_context(self) -> float:
+        """Mean KV tokens per running request."""
+        return self._kv_base / len(self.running) + self.decode_iter
+
+    def _reserved(self) -> float:
+        if self.new_token_ratio == 0:
+            return 0.0
+        n = len(self.running)
+        if not self._long:
+            remaining = self._osl_sum - (self._gen_base + n * self.decode_iter)
+        else:
+            remaining = sum(min(r.osl - self.generated(r), CLIP_MAX_NEW_TOKENS) for r in self.running.values())
+        return remaining * self.new_token_ratio
+
+    def build_prefill(self) -> list[tuple[_Request, int, int]]:
+        """(request, new tokens, cached tokens) of the next prefill batch, allocating their KV; empty if none."""
+        if self.chunked is None and not self.waiting:
+            return []
+        batch: list[tuple[_Request, int, int]] = []
+        rem_chunk = self.chunked_prefill_size
+        rem_input = self.max_prefill_tokens
+        rem_total = self.pool_tokens - self.used_tokens - self._reserved()
+        queue = ([self.chunked] if self.chunked is not None else []) + list(self.waiting)
+        for req in queue:
+            if rem_chunk <= 0 or rem_input <= 0:
+                break
+            if req is not self.chunked and len(self.running) + len(batch) >= self.max_running_requests:
+                break
+            left = req.target - req.prefilled
+            take = min(left, rem_chunk, rem_input)
+            reserve = min(req.osl - req.generated, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
+            need = take + (reserve if take == left else 0.0)
+            if need > rem_total:
+                break
+            batch.append((req, take, req.prefilled))
+            rem_chunk -= take
+            rem_input -= take
+            rem_total -= need
+            if take < left:
+                break  # one chunked request, and it ends the batch
+        for req, take, _ in batch:
+            if req is not self.chunked:
+                self.waiting.popleft()
+            req.kv += take
+            self.used_tokens += take
+        if batch and batch[0][0] is self.chunked:
+            self.chunked = None  # the loop sets it again if this chunk does not finish the prompt
+        return batch
+
+    def join(self, req: _Request) -> None:
+        """``req`` finished its prefill (which sampled one token) and joins the decode batch."""
+        req.generated += 1
+        req.join_iter = self.decode_iter
+        req.finish_iter = self.decode_iter + req.osl - req.generated
+        req.live = True
+        self.running[id(req)] = req
+        self._kv_base += req.kv - req.join_iter
+        self._gen_base += req.generated - req.join_iter
+        self._osl_sum += req.osl
+        self._long += req.osl > CLIP_MAX_NEW_TOKENS
+        heapq.heappush(self._finish, (req.finish_iter, req.rid, req))
+
+    def _leave(self, req: _Request) -> None:
+        self._kv_base -= req.kv - req.join_iter
+        self._gen_base -= req.generated - req.join_iter
+        self._osl_sum -= req.osl
+        self._long -= req.osl > CLIP_MAX_NEW_TOKENS
+        req.generated, req.kv = self.generated(req), self.kv(req)
+        req.live = False
+        del self.running[id(req)]
+        self.used_tokens -= req.kv
+
+    def decode_step(self) -> None:
+        """Account one decode iteration (one token per running request)."""
+        self.used_tokens += len(self.running)
+        self.decode_iter += 1
+        if self.new_token_ratio > 0:
+            self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+
+    def finished(self) -> list[_Request]:
+        """Requests whose last token came out, removed from the batch and their KV freed."""
+        out = []
+        while self._finish and self._finish[0][0] <= self.decode_iter:
+            _, _, req = heapq.heappop(self._finish)
+            if req.live and req.finish_iter <= self.decode_iter:
+                self._leave(req)
+                out.append(req)
+        return out
+
+    def retract(self) -> int:
+        """Free the least advanced running requests until every one can take one more token; requeue them."""
+        if self.pool_tokens - self.used_tokens >= len(self.running):
+            return 0
+        order = sorted(self.running.values(), key=lambda r: (self.generated(r), -r.target), reverse=True)
+        victims = []
+        while order and self.pool_tokens - self.used_tokens < len(self.running):
+            victim = order.pop()
+            self._leave(victim)
+            victim.target = victim.target - victim.prefilled + victim.kv  # recompute everything it held
+            victim.prefilled = victim.kv = 0
+            victims.append(victim)
+        for victim in reversed(victims):
+            self.waiting.appendleft(victim)
+        self.retractions += len(victims)
+        if self.running and self.new_token_ratio > 0:
+            decoded = sum(self.generated(r) for r in self.running.values())
+            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(self.running)) / self._osl_sum)
+        return len(victims)
+
+
+def replay_closed_loop(
+    steps: StepTimes,
+    *,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    pool_tokens: int,
+    chunked_prefill_size: int = 8192,
+    max_prefill_tokens: int = 16384,
+    rounds: int = 5,
+    mixed_chunk: bool = False,
+) -> ReplayResult:
+    """Replay ``concurrency`` closed-loop clients for ``rounds × concurrency`` requests on one worker.
+
+    Raises:
+        ReplayError: sizes that are not positive, or one request's prompt + answer larger than the pool.
+    """
+    if isl <= 0 or osl <= 0 or concurrency <= 0 or rounds <= 0:
+        raise ReplayError(f"isl, osl, concurrency and rounds must be positive, got {isl}, {osl}, {concurrency}")
+    sched = SGLangDefaultScheduler(
+        steps,
+        pool_tokens,
+        chunked_prefill_size=chunked_prefill_size,
+        max_prefill_tokens=max_prefill_tokens,
+        mixed_chunk=mixed_chunk,
+    )
+    return _drive(sched, [(0.0, isl, osl)] * concurrency, rounds * concurrency, closed_loop=True)
+
+
+def replay_open_loop(
+    steps: StepTimes,
+    requests: list[tuple[float, int, int]],
+    *,
+    pool_tokens: int,
+    policy: str = "sglang",
+    max_num_batched_tokens: int = 8192,
+    max_running_requests: int = 4096,
+) -> ReplayResult:
+    """Replay requests ``(arrival_s, input_tokens, output_tokens)`` arriving open-loop on one worker.
+
+    ``policy="sglang"`` schedules as the module docstring says. ``policy="vllm-v1"`` approximates vLLM's V1
+    scheduler: every step runs the decode batch and spends what is left of ``max_num_batched_tokens`` on chunked
+    prefill in the same forward pass (``StepTimes.mixed_s``); KV is allocated on demand with no reservation for
+    future tokens, and when a decode cannot get its slot the least advanced request is preempted and recomputed
+    (vLLM's recompute preemption).
+
+    Raises:
+        ReplayError: an empty or impossible request list, or an unknown policy.
+    """
+    if not requests or any(isl <= 0 or osl <= 0 or at < 0 for at, isl, osl in requests):
+        raise ReplayError("requests must be (arrival_s >= 0, input_tokens > 0, output_tokens > 0)")
+    if policy not in ("sglang", "vllm-v1"):
+        raise ReplayError(f"unknown policy {policy!r}; known: sglang, vllm-v1")
+    vllm = policy == "vllm-v1"
+    sched = SGLangDefaultScheduler(
+        steps,
+        pool_tokens,
+        chunked_prefill_size=max_num_batched_tokens,
+        max_prefill_tokens=max_num_batched_tokens,
+        max_running_requests=max_running_requests,
+        mixed_chunk=vllm,
+        new_token_ratio=0.0 if vllm else INIT_NEW_TOKEN_RATIO,
+        decode_budget=vllm,
+    )
+    return _drive(sched, sorted(requests), len(requests), closed_loop=False)
+
+
+def _drive(
+    sched: SGLangDefaultScheduler,
+    arrivals: list[tuple[float, int, int]],
+    total: int,
+    *,
+    closed_loop: bool,
+) -> ReplayResult:
+    steps = sched.steps
+    for _, isl, osl in arrivals:
+        if isl + osl > sched.pool_tokens:
+            raise ReplayError(
+                f"one request ({isl}+{osl} tokens) does not fit the KV pool of {sched.pool_tokens} tokens"
+            )
+    pending = deque(arrivals)
+    sent = done = prefill_steps = decode_steps = max_used = 0
+    now = ttft_sum = tpot_sum = e2e_sum = 0.0
+
+    def admit_arrivals() -> None:
+        nonlocal sent
+        while pending and pending[0][0] <= now:
+            at, isl, osl = pending.popleft()
+            sched.waiting.append(_Request(sent, at, isl, osl))
+            sent += 1
+
+    if closed_loop:
+        for at, isl, osl in arrivals:
+            sched.waiting.append(_Request(sent, at, isl, osl))
+            sent += 1
+        pending.clear()
+    while done < total:
+        admit_arrivals()
+        if sched.decode_budget:
+            # vLLM: the running requests are scheduled first (their KV slot, their token of the budget)
+            if sched.retract():
+                continue
+            n_run = len(sched.running)
+            sched.chunked_prefill_size = max(sched.max_prefill_tokens - n_run, 0)
+            sched.used_tokens += n_run
+            batch = sched.build_prefill()
+            sched.used_tokens -= n_run
+        else:
+            n_run = len(sched.running)
+            batch = sched.build_prefill()
+        if batch:
+            new = sum(take for _, take, _ in batch)
+            cached = sum(c for _, _, c in batch) / len(batch)
+            if sched.mixed_chunk and n_run and sched.pool_tokens - sched.used_tokens < n_run:
+                sched.retract()  # SGLang's mixed chunk: the decode part still needs its slots
+                n_run = len(sched.running)
+            if sched.mixed_chunk and n_run:
+                now += steps.mixed_s(new, len(batch), cached, n_run, sched.mean_context())
+                sched.decode_step()
+                decode_steps += 1
+            else:
+                now += steps.prefill_s(new, len(batch), cached)
+            prefill_steps += 1
+            for req, take, _ in batch:
+                req.prefilled += take
+                if req.prefilled < req.target:
+                    sched.chunked = req
+                    continue
+                if req.first_token_s < 0:
+                    req.first_token_s = now
+                sched.join(req)
+        elif not sched.running:
+            if pending and not sched.waiting and sched.chunked is None:
+                now = max(now, pending[0][0])  # idle until the next arrival
+                continue
+            raise ReplayError("nothing runs and nothing can be admitted: the pool is too small for one request")
+        elif sched.retract():
+            continue
+        else:
+            now += steps.decode_s(len(sched.running), sched.mean_context())
+            sched.decode_step()
+            decode_steps += 1
+        max_used = max(max_used, sched.used_tokens)
+        for req in sched.finished():
+            ttft = req.first_token_s - req.arrival_s
+            e2e = now - req.arrival_s
+            ttft_sum += ttft
+            e2e_sum += e2e
+            tpot_sum += (e2e - ttft) / max(req.osl - 1, 1)
+            done += 1
+            if closed_loop and sent < total:
+                sched.waiting.append(_Request(sent, now, arrivals[0][1], arrivals[0][2]))
+                sent += 1
+    return ReplayResult(
+        ttft_s=ttft_sum / total,
+        tpot_s=tpot_sum / total,
+        e2e_s=e2e_sum / total,
+        requests=total,
+        retractions=sched.retractions,
+        prefill_steps=prefill_steps,
+        decode_steps=decode_steps,
+        max_used_tokens=max_used,
+        pool_tokens=sched.pool_tokens,
+    )
+
+
+__all__ = [
+    "ReplayError",
+    "ReplayResult",
+    "SGLangDefaultScheduler",
+    "replay_closed_loop",
+    "replay_open_loop",
+    "sglang_chunked_prefill_size",
+]

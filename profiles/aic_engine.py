@@ -1,0 +1,443 @@
+"""Step times from NVIDIA aiconfigurator-core's compiled engine (the engine behind Dynamo's planner and mocker).
+
+:class:`AicStepTimes` implements :class:`~pearl_sched.sim.steptimes.StepTimes` for any model, GPU, backend
+(``sglang``, ``vllm``, ``trtllm``) and parallelism (TP, attention-DP, MoE TP/EP) that the installed
+``aiconfigurator-core`` ships perf data for. The package is an optional extra (``pip install 'pearl-sched[aic]'``);
+it is imported only when an engine is built.
+
+What each method asks the engine (``aiconfigurator_core.sdk.engine.EngineHandle``; times are per iteration):
+
+* ``prefill_s(new, sequences, cached)``: ``predict_prefill_latency(bs=sequences, isl=new/sequences + cached,
+  prefix=cached)`` — a batch of prompts each computing ``new/sequences`` tokens after ``cached`` reused ones.
+* ``decode_s(batch, context)``: ``decode_step_latency(gen_tokens=batch, isl=context - 1, osl=2)`` — the engine's
+  generation-only step at context ``isl + osl // 2 = context``.
+* ``mixed_s(...)``: a prefill chunk run in the same forward pass as a decode batch (SGLang's chunked prefill with
+  mixed batches). The engine's ``mixed_step_breakdown`` splits a mixed step into the non-attention work of all
+  tokens together, the context attention and the decode attention; its own ``mixed_step_latency`` ties the decode
+  context to the prompt length and treats the chunk as a slice of one prompt, so here the three parts are taken
+  where each belongs: non-attention of ``new + batch`` tokens (``mixed_step_breakdown`` part 1), the chunk's
+  attention as the prefill step's own (``prefill_s`` less the non-attention of its tokens alone), and the decode
+  attention at the decode batch's context (``mixed_step_breakdown`` part 4 at that context). For a single
+  uncached prompt whose length equals the decode context this is exactly the engine's ``mixed_step_latency``.
+
+Per-step framework overhead (CPU scheduling, sampling, launch gaps) is not in the engine's kernel sums. It is added
+only from observed step times, through :class:`StepTimeCalibration` (an EWMA fit of ``observed = scale ×
+predicted + overhead``, the online correction Dynamo's planner applies to this engine); ``source`` says whether it
+was. Every result is memoised on a grid of 64 steps per octave in each token argument (values up to 64 and powers
+of two exact, since the engine's tables step at powers of two), so a call costs about a microsecond once warm.
+
+A model, GPU, backend or parallelism the engine does not ship raises :class:`AicCoverageError` naming what is
+missing and what is supported; nothing falls back to another source silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pearl_sched.errors import MissingExtraError, PearlSchedError
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("sglang", "vllm", "trtllm")
+"""Serving frameworks aiconfigurator-core models."""
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+"""vLLM's default ``--gpu-memory-utilization``."""
+
+
+class AicCoverageError(PearlSchedError, ValueError):
+    """The engine has no perf data or model for what was asked; the message says what is supported."""
+
+
+def _package_root() -> Path:
+    try:
+        import aiconfigurator_core
+    except ImportError as exc:
+        raise MissingExtraError("aiconfigurator-core", "aic") from exc
+    return Path(aiconfigurator_core.__file__).resolve().parent
+
+
+def aic_version() -> str:
+    """The installed aiconfigurator-core version."""
+    _package_root()
+    return metadata.version("aiconfigurator-core")
+
+
+def supported_models() -> list[str]:
+    """HuggingFace ids of the models whose configs aiconfigurator-core ships (no download is attempted)."""
+    root = _package_root() / "model_configs"
+    names = {p.name.removesuffix("_config.json") for p in root.glob("*_config.json")}
+    return sorted(n.replace("--", "/", 1) for n in names if not n.endswith("_hf_quant"))
+
+
+def supported_systems(backend: str | None = None) -> list[str]:
+    """GPU systems with perf data (for ``backend`` if given)."""
+    data = _package_root() / "systems" / "data"
+    out = []
+    for system in sorted(p.name for p in data.iterdir() if p.is_dir()):
+        gemm = data / system / "gemm"
+        if backend is None or (gemm / backend).is_dir():
+            out.append(system)
+    return out
+
+
+def resolve_model(name: str) -> str:
+    """The HuggingFace id aiconfigurator-core knows ``name`` by (``qwen3-8b`` → ``Qwen/Qwen3-8B``).
+
+    Raises:
+        AicCoverageError: no shipped model config matches.
+    """
+    models = supported_models()
+    if name in models:
+        return name
+    wanted = name.lower().rsplit("/", 1)[-1]
+    matches = [m for m in models if m.lower().rsplit("/", 1)[-1] == wanted]
+    if len(matches) == 1:
+        return matches[0]
+    raise AicCoverageError(
+        f"aiconfigurator-core {aic_version()} ships no model config for {name!r}; supported: {', '.join(models)}"
+    )
+
+
+@dataclass
+class StepTimeCalibration:
+    """Online correction of predicted step times from observed ones: ``observed ≈ scale × predicted + overhead_s``.
+
+    Each :meth:`observe` takes one (predicted, observed) pair of step seconds, as a deployment's telemetry reports
+    them (SGLang's per-iteration forward-pass metrics, Dynamo's FPM). The running means and (co)variances are
+    exponentially weighted with ``alpha`` per sample; the fit is the weighted least-squares line through them,
+    with the scale clamped to ``[min_scale, max_scale]`` as Dynamo clamps its correction factor (0.5–2×) and the
+    overhead to non-negative. With too little spread in the predictions the fit is a pure ratio.
+    """
+
+    alpha: float = 0.05
+    min_scale: float = 0.5
+    max_scale: float = 2.0
+    samples: int = 0
+    _mean_x: float = 0.0
+    _mean_y: float = 0.0
+    _var_x: float = 0.0
+    _cov_xy: float = 0.0
+    scale: float = 1.0
+    overhead_s: float = 0.0
+
+    def observe(self, predicted_s: float, observed_s: float) -> None:
+        """Fold one step's predicted and observed seconds into the fit."""
+        if not (math.isfinite(predicted_s) and math.isfinite(observed_s)) or predicted_s <= 0 or observed_s <= 0:
+            raise AicCoverageError(f"calibration sample must be positive seconds, got ({predicted_s}, {observed_s})")
+        a = 1.0 if self.samples == 0 else max(self.alpha, 1.0 / (self.samples + 1))
+        dx = predicted_s - self._mean_x
+        dy = observed_s - self._mean_y
+        self._mean_x += a * dx
+        self._mean_y += a * dy
+        self._var_x = (1 - a) * (self._var_x + a * dx * dx)
+        self._cov_xy = (1 - a) * (self._cov_xy + a * dx * dy)
+        self.samples += 1
+        self._refit()
+
+    def observe_many(self, pairs: Iterable[tuple[float, float]]) -> None:
+        """:meth:`observe` each (predicted, observed) pair in order."""
+        for predicted, observed in pairs:
+            self.observe(predicted, observed)
+
+    def _refit(self) -> None:
+        spread = self._var_x / max(self._mean_x * self._mean_x, 1e-30)
+        if self.samples >= 3 and spread > 1e-4:
+            scale = self._cov_xy / self._var_x
+            scale = min(max(scale, self.min_scale), self.max_scale)
+            overhead = self._mean_y - scale * self._mean_x
+            if overhead < 0:
+                scale, overhead = self._mean_y / self._mean_x, 0.0
+        else:
+            scale, overhead = self._mean_y / self._mean_x, 0.0
+        self.scale = min(max(scale, self.min_scale), self.max_scale)
+        self.overhead_s = max(overhead, 0.0)
+
+    def apply(self, predicted_s: float) -> float:
+        """The corrected step seconds (0 stays 0: no step, no overhead)."""
+        if predicted_s <= 0:
+            return 0.0
+        return self.scale * predicted_s + self.overhead_s
+
+    def describe(self) -> str:
+        """``scale=… overhead_ms=… samples=…`` for reports."""
+        return f"scale={self.scale:.3f} overhead_ms={self.overhead_s * 1e3:.2f} samples={self.samples}"
+
+
+def _snap(value: float, bits: int | None) -> int:
+    """``value`` rounded to a multiple of ``2**(floor(log2 value) - bits)``: ``2**bits`` steps per octave.
+
+    Powers of two stay exact (the engine's tables step there); values up to ``2**bits`` and any value when
+    ``bits`` is None are rounded to whole tokens only.
+    """
+    whole = max(round(value), 0)
+    if bits is None or whole <= 1 << bits:
+        return whole
+    quantum = 1 << (whole.bit_length() - 1 - bits)
+    return round(value / quantum) * quantum
+
+
+@dataclass(eq=False)
+class AicStepTimes:
+    """A :class:`~pearl_sched.sim.steptimes.StepTimes` backed by aiconfigurator-core's compiled engine.
+
+    Args:
+        model: a shipped model config by HuggingFace id or short name (``qwen3-8b``).
+        gpu: an aiconfigurator system name (``h200_sxm``, ``b200_sxm``, ``a100_sxm``, ...).
+        backend: ``sglang``, ``vllm`` or ``trtllm``.
+        tp: tensor parallel size (attention).
+        attention_dp: attention data-parallel size (MoE models).
+        moe_tp: MoE tensor parallel size (default ``tp × attention_dp / moe_ep``: SGLang shards experts by TP
+            unless expert parallelism is asked for).
+        moe_ep: MoE expert parallel size.
+        backend_version: a version or slot alias the system ships (default: the engine's current one).
+        gemm_quant_mode: GEMM precision as aiconfigurator names it (``bfloat16``, ``fp8``, ``fp8_block``,
+            ``nvfp4``, ...); default: inferred from the model config, as the engine does.
+        moe_quant_mode: MoE expert precision, likewise.
+        kvcache_quant_mode: KV-cache precision, likewise.
+        fmha_quant_mode: attention precision, likewise.
+        calibration: an online correction from observed step times (none: the engine's kernel sums only).
+        snap_bits: memoisation grid, ``2**snap_bits`` steps per octave of each token argument (about 1.1–1.6% at
+            the default 6; powers of two exact); None: exact whole tokens.
+    """
+
+    model: str
+    gpu: str
+    backend: str = "sglang"
+    tp: int = 1
+    attention_dp: int = 1
+    moe_tp: int | None = None
+    moe_ep: int | None = None
+    backend_version: str | None = None
+    gemm_quant_mode: str | None = None
+    moe_quant_mode: str | None = None
+    kvcache_quant_mode: str | None = None
+    fmha_quant_mode: str | None = None
+    calibration: StepTimeCalibration | None = None
+    snap_bits: int | None = 6
+    model_id: str = field(init=False)
+    _handle: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Check coverage, compile the engine and probe one call of each kind (raises :class:`AicCoverageError`)."""
+        root = _package_root()
+        if self.backend not in BACKENDS:
+            raise AicCoverageError(f"aiconfigurator-core has no backend {self.backend!r}; supported: {BACKENDS}")
+        systems = supported_systems(self.backend)
+        if self.gpu not in systems:
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} has no {self.backend} perf data for GPU {self.gpu!r}; "
+                f"supported for {self.backend}: {', '.join(systems)}"
+            )
+        self.model_id = resolve_model(self.model)
+        moe_tp = self._moe_tp()
+        try:
+            from aiconfigurator_core.sdk.engine import EngineHandle
+
+            self._handle = EngineHandle.compile(
+                self.model_id,
+                self.gpu,
+                self.backend,
+                backend_version=self.backend_version,
+                tp_size=self.tp,
+                attention_dp_size=self.attention_dp,
+                moe_tp_size=moe_tp,
+                moe_ep_size=self.moe_ep,
+                gemm_quant_mode=self.gemm_quant_mode,
+                moe_quant_mode=self.moe_quant_mode,
+                kvcache_quant_mode=self.kvcache_quant_mode,
+                fmha_quant_mode=self.fmha_quant_mode,
+                systems_path=str(root / "systems"),
+            )
+            # perf-data misses surface here rather than mid-simulation: one call of each kind
+            self._handle.predict_prefill_latency(1, 256, 0)
+            self._handle.predict_prefill_latency(1, 256, 128)
+            self._handle.decode_step_latency(1, 255, 2)
+            self._handle.mixed_step_breakdown(128, 1, 256, 2, 128)
+        except (AssertionError, ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} cannot model {self.model_id} on {self.gpu} with {self.backend}"
+                f" (tp={self.tp}, attention_dp={self.attention_dp}, moe_tp={moe_tp}, moe_ep={self.moe_ep}): {first}"
+            ) from None
+        self._prefill_ms = functools.lru_cache(maxsize=1 << 16)(self._prefill_ms_exact)
+        self._decode_ms = functools.lru_cache(maxsize=1 << 16)(self._decode_ms_exact)
+        self._mixed_ms = functools.lru_cache(maxsize=1 << 16)(self._mixed_ms_exact)
+
+    def _moe_tp(self) -> int:
+        return self.moe_tp if self.moe_tp is not None else self.tp * self.attention_dp // (self.moe_ep or 1)
+
+    # -- provenance -----------------------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """Which path produced these step times, for every report."""
+        par = f"tp{self.tp}"
+        if self.attention_dp > 1:
+            par += f" adp{self.attention_dp}"
+        if self.moe_ep:
+            par += f" ep{self.moe_ep}"
+        version = self.backend_version or "current"
+        if self.gemm_quant_mode:
+            par += f" {self.gemm_quant_mode}"
+        cal = f"; calibrated {self.calibration.describe()}" if self.calibration else "; uncalibrated"
+        return (
+            f"aiconfigurator-core {aic_version()} engine: {self.model_id} {self.gpu} {self.backend}@{version} "
+            f"{par}{cal}"
+        )
+
+    @property
+    def handle(self) -> Any:
+        """The underlying ``aiconfigurator_core.sdk.engine.EngineHandle`` (for direct comparison)."""
+        return self._handle
+
+    # -- exact engine calls (milliseconds), memoised by the wrappers above ----------------------------------
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except (ValueError, RuntimeError) as exc:  # aiconfigurator_core.sdk.errors: perf data missing at a shape
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} has no {what} data for {self.model_id} on {self.gpu} "
+                f"({self.backend}, tp={self.tp}) at {args}: {first}"
+            ) from None
+
+    def _prefill_ms_exact(self, per_seq: int, sequences: int, cached: int) -> float:
+        h = self._handle
+        return float(self._call("prefill", h.predict_prefill_latency, sequences, per_seq + cached, cached))
+
+    def _decode_ms_exact(self, batch: int, context: int) -> float:
+        return float(self._call("decode", self._handle.decode_step_latency, batch, max(context - 1, 1), 2))
+
+    def _mixed_ms_exact(self, per_seq: int, sequences: int, cached: int, batch: int, context: int) -> float:
+        new = per_seq * sequences
+        isl = per_seq + cached
+        breakdown = self._handle.mixed_step_breakdown
+        with_decode = self._call("mixed", breakdown, new, batch, isl, 2, cached)
+        alone = self._call("mixed", breakdown, new, 0, isl, 2, cached)
+        at_context = self._call("mixed", breakdown, new, batch, max(context - 1, 1), 2, 0)
+        prefill_attention = self._prefill_ms(per_seq, sequences, cached) - alone[1]
+        return float(with_decode[1] + max(prefill_attention, 0.0) + at_context[3])
+
+    def _corrected(self, ms: float) -> float:
+        seconds = ms / 1e3
+        return self.calibration.apply(seconds) if self.calibration else seconds
+
+    # -- StepTimes ------------------------------------------------------------------------------------------
+    def raw_prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """:meth:`prefill_s` before calibration (what the engine itself predicts)."""
+        if new_tokens <= 0 or sequences <= 0:
+            return 0.0
+        per_seq = max(_snap(new_tokens / sequences, self.snap_bits), 1)
+        return self._prefill_ms(per_seq, sequences, _snap(cached_tokens, self.snap_bits)) / 1e3
+
+    def raw_decode_s(self, batch: int, context_tokens: float) -> float:
+        """:meth:`decode_s` before calibration."""
+        if batch <= 0:
+            return 0.0
+        return self._decode_ms(_snap(batch, self.snap_bits), max(_snap(context_tokens, self.snap_bits), 1)) / 1e3
+
+    def raw_mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """:meth:`mixed_s` before calibration."""
+        if prefill_new_tokens <= 0 or prefill_sequences <= 0:
+            return self.raw_decode_s(decode_batch, decode_context_tokens)
+        if decode_batch <= 0:
+            return self.raw_prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens)
+        per_seq = max(_snap(prefill_new_tokens / prefill_sequences, self.snap_bits), 1)
+        ms = self._mixed_ms(
+            per_seq,
+            prefill_sequences,
+            _snap(prefill_cached_tokens, self.snap_bits),
+            _snap(decode_batch, self.snap_bits),
+            max(_snap(decode_context_tokens, self.snap_bits), 1),
+        )
+        return ms / 1e3
+
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """A prefill batch of ``sequences`` with ``new_tokens`` in all, after ``cached_tokens`` each on average."""
+        return self._corrected(self.raw_prefill_s(new_tokens, sequences, cached_tokens) * 1e3)
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
+        return self._corrected(self.raw_decode_s(batch, context_tokens) * 1e3)
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """One forward pass running a prefill chunk together with a decode batch."""
+        raw = self.raw_mixed_s(
+            prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+        return self._corrected(raw * 1e3)
+
+    def kv_capacity_tokens(self, mem_fraction_static: float | None = None) -> int:
+        """KV tokens per worker as aiconfigurator-core estimates the pool (its ``estimate_kv_cache``).
+
+        ``mem_fraction_static`` (SGLang) or ``gpu_memory_utilization`` (vLLM) defaults to the value SGLang derives for
+        the GPU and parallelism (``derive_sglang_mem_fraction_static`` in aiconfigurator-core, mirroring SGLang's
+        server args) or vLLM's default 0.9.
+        """
+        from aiconfigurator_core.sdk.engine import _literal_backend_version
+        from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+        systems = str(_package_root() / "systems")
+        if self.backend == "trtllm":
+            raise AicCoverageError("kv_capacity_tokens models SGLang's and vLLM's pools, not TensorRT-LLM's")
+        if mem_fraction_static is None:
+            mem_fraction_static = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
+        try:
+            estimate = estimate_kv_cache(
+                self.model_id,
+                self.gpu,
+                self.backend,
+                _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None),
+                max_num_tokens=8192,
+                max_batch_size=256,
+                memory_fraction_kind="of_total",
+                memory_fraction_value=mem_fraction_static,
+                tp_size=self.tp,
+                attention_dp_size=self.attention_dp,
+                moe_tp_size=self._moe_tp(),
+                moe_ep_size=self.moe_ep,
+                gemm_quant_mode=self.gemm_quant_mode,
+                moe_quant_mode=self.moe_quant_mode,
+                kvcache_quant_mode=self.kvcache_quant_mode,
+                fmha_quant_mode=self.fmha_quant_mode,
+                systems_path=systems,
+            )
+        except ValueError as exc:
+            raise AicCoverageError(
+                f"aiconfigurator-core {aic_version()} has no KV pool for {self.model_id} on {self.gpu} "
+                f"(tp={self.tp}, mem_fraction_static={mem_fraction_static}): {str(exc).splitlines()[0]}"
+            ) from None
+        return int(estimate["total_kv_size_tokens"])
+
+    def gpu_memory_bytes(self) -> int:
+        """One GPU's memory as the aiconfigurator system file gives it (``gpu.mem_capacity``)."""
+        import yaml  # aiconfigurator-core depends on PyYAML
+
+        system = yaml.safe_load((_package_root() / "systems" / f"{self.gpu}.yaml").read_text())
+        return int(system["gpu"]["mem_capacity"])
+
+    def _sglang_fraction(self) -> float:
+        from aiconfigurator_core.sdk.backends.sglang_backend import derive_sglang_mem_fraction_static
+
+        capacity = self.gpu_memory_bytes()
+        return float(derive_sglang_mem_fraction_static(capacity, tp_size=self.tp, dp_size=self.attention_dp))

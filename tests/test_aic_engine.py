@@ -1,0 +1,149 @@
+"""aiconfigurator-core step times: agreement with the engine's own API, coverage errors, calibration, mixed steps."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
+
+from aiconfigurator_core.sdk.engine import EngineHandle
+
+from pearl_sched.errors import PearlSchedError
+from pearl_sched.profiles.aic_engine import (
+    AicCoverageError,
+    AicStepTimes,
+    StepTimeCalibration,
+    resolve_model,
+    supported_models,
+)
+from pearl_sched.sim.steptimes import StepTimes
+
+CASES = [
+    ("qwen3-8b", "h200_sxm", "sglang", {"tp": 2}),
+    ("Qwen/Qwen3-32B", "h200_sxm", "sglang", {"tp": 1}),
+    ("Qwen/Qwen3-30B-A3B", "h200_sxm", "sglang", {"tp": 2, "moe_ep": 2}),
+    ("meta-llama/Meta-Llama-3.1-8B", "h100_sxm", "vllm", {"tp": 1}),
+    ("Qwen/Qwen3-8B", "b200_sxm", "trtllm", {"tp": 4}),
+]
+
+
+@pytest.fixture(scope="module")
+def qwen8b() -> AicStepTimes:
+    return AicStepTimes("qwen3-8b", "h200_sxm", tp=2)
+
+
+@pytest.mark.parametrize(("model", "gpu", "backend", "par"), CASES)
+def test_engine_calls_match_aiconfigurator_core(model: str, gpu: str, backend: str, par: dict[str, int]) -> None:
+    steps = AicStepTimes(model, gpu, backend, snap_bits=None, **par)  # type: ignore[arg-type]
+    ref = EngineHandle.compile(
+        resolve_model(model),
+        gpu,
+        backend,
+        tp_size=par["tp"],
+        moe_tp_size=1 if par.get("moe_ep") else None,
+        moe_ep_size=par.get("moe_ep"),
+    )
+    assert isinstance(steps, StepTimes)
+    for isl, prefix, bs in [(4096, 0, 1), (1000, 0, 3), (8192, 4096, 1), (300, 100, 8)]:
+        assert steps.prefill_s((isl - prefix) * bs, bs, prefix) == pytest.approx(
+            ref.predict_prefill_latency(bs, isl, prefix) / 1e3, rel=1e-12
+        )
+    for batch, context in [(1, 500), (64, 4097), (200, 20001)]:
+        assert steps.decode_s(batch, context) == pytest.approx(ref.decode_step_latency(batch, context - 1, 2) / 1e3)
+    # one uncached prompt whose length equals the decode context: exactly the engine's own mixed step
+    for chunk, batch in [(2048, 64), (512, 8)]:
+        expected = ref.mixed_step_latency(chunk, batch, chunk, 2, 0) / 1e3
+        assert steps.mixed_s(chunk, 1, 0, batch, chunk + 1) == pytest.approx(expected, rel=1e-9)
+    assert steps.source.startswith("aiconfigurator-core ") and backend in steps.source
+
+
+def test_snapped_calls_stay_within_the_grid(qwen8b: AicStepTimes) -> None:
+    exact = AicStepTimes("qwen3-8b", "h200_sxm", tp=2, snap_bits=None)
+    rng = random.Random(0)
+    for _ in range(40):
+        batch, context = rng.randint(1, 300), rng.uniform(100, 60000)
+        assert qwen8b.decode_s(batch, context) == pytest.approx(exact.decode_s(batch, context), rel=0.03)
+    assert qwen8b.prefill_s(4096, 1, 0) == exact.prefill_s(4096, 1, 0)  # powers of two are exact
+
+
+@given(
+    new=st.integers(1, 16384),
+    seqs=st.integers(1, 8),
+    cached=st.integers(0, 30000),
+    batch=st.integers(0, 256),
+    context=st.integers(1, 60000),
+)
+def test_mixed_step_costs_at_least_each_part(
+    qwen8b: AicStepTimes, new: int, seqs: int, cached: int, batch: int, context: int
+) -> None:
+    mixed = qwen8b.mixed_s(new, seqs, cached, batch, context)
+    prefill = qwen8b.prefill_s(new, seqs, cached)
+    decode = qwen8b.decode_s(batch, context)
+    assert mixed >= max(prefill, decode) * (1 - 1e-9)
+    assert mixed <= prefill + decode + 1e-9  # one pass reads the weights once
+
+
+def test_mixed_with_nothing_on_one_side_is_the_other(qwen8b: AicStepTimes) -> None:
+    assert qwen8b.mixed_s(0, 0, 0, 32, 5000) == qwen8b.decode_s(32, 5000)
+    assert qwen8b.mixed_s(3000, 2, 100, 0, 0) == qwen8b.prefill_s(3000, 2, 100)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "missing", "listed"),
+    [
+        ({"model": "qwen3-9b", "gpu": "h200_sxm"}, "no model config for 'qwen3-9b'", "Qwen/Qwen3-8B"),
+        ({"model": "qwen3-8b", "gpu": "h800_sxm"}, "GPU 'h800_sxm'", "h200_sxm"),
+        ({"model": "qwen3-8b", "gpu": "h200_sxm", "backend": "tgi"}, "no backend 'tgi'", "sglang"),
+        ({"model": "qwen3-8b", "gpu": "h200_sxm", "tp": 3}, "tp=3", "divisible"),
+    ],
+)
+def test_uncovered_cases_raise_one_clear_error(kwargs: dict[str, object], missing: str, listed: str) -> None:
+    with pytest.raises(AicCoverageError) as info:
+        AicStepTimes(**kwargs)  # type: ignore[arg-type]
+    assert isinstance(info.value, PearlSchedError)
+    assert missing in str(info.value) and listed in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_shipped_models_include_the_papers() -> None:
+    models = supported_models()
+    assert {"Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"} <= set(models)
+    assert resolve_model("qwen3-30b-a3b") == "Qwen/Qwen3-30B-A3B"
+
+
+def test_calibration_recovers_a_known_correction() -> None:
+    rng = random.Random(1)
+    cal = StepTimeCalibration(alpha=0.02)
+    for _ in range(2000):
+        predicted = rng.uniform(0.005, 0.08)
+        cal.observe(predicted, 1.3 * predicted + 0.004 + rng.gauss(0, 0.0005))
+    assert cal.scale == pytest.approx(1.3, rel=0.05)
+    assert cal.overhead_s == pytest.approx(0.004, rel=0.15)
+
+
+def test_calibration_follows_a_drift_and_is_used_by_the_engine(qwen8b: AicStepTimes) -> None:
+    cal = StepTimeCalibration(alpha=0.1)
+    for predicted in [0.01, 0.02, 0.03] * 20:
+        cal.observe(predicted, 1.5 * predicted)
+    for predicted in [0.01, 0.02, 0.03] * 40:
+        cal.observe(predicted, 1.1 * predicted)
+    assert cal.scale == pytest.approx(1.1, rel=0.02) and cal.overhead_s == pytest.approx(0.0, abs=1e-4)
+    steps = AicStepTimes("qwen3-8b", "h200_sxm", tp=2, calibration=cal)
+    assert steps.decode_s(64, 4096) == pytest.approx(cal.apply(qwen8b.decode_s(64, 4096)))
+    assert "calibrated scale=1.1" in steps.source
+
+
+def test_calibration_refuses_impossible_samples() -> None:
+    with pytest.raises(AicCoverageError, match="positive seconds"):
+        StepTimeCalibration().observe(0.01, -1.0)
+
+
+def test_kv_pool_from_sglang_memory_fraction(qwen8b: AicStepTimes) -> None:
+    # Qwen3-8B: 36 layers × 8 KV heads × 128 × 2 (K,V) × 2 bytes = 147,456 B/token, half per GPU at TP2
+    tokens = qwen8b.kv_capacity_tokens()
+    per_gpu_pool = 141 * 2**30 * 0.9 - 8.2e9 / 2
+    assert 0.75 * per_gpu_pool / 73728 < tokens < per_gpu_pool / 73728

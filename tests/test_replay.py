@@ -1,0 +1,156 @@
+"""Closed-loop benchmark replay on one SGLang-scheduled worker."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pearl_sched.sim.replay import ReplayError, replay_closed_loop, replay_open_loop, sglang_chunked_prefill_size
+from pearl_sched.sim.steptimes import StepTimes
+
+
+class FakeSteps:
+    """A named fake: prefill 10 ms + 0.1 ms/token, decode 5 ms + 0.01 ms/sequence; it counts its calls."""
+
+    source = "fake"
+
+    def __init__(self) -> None:
+        self.calls = {"prefill": 0, "decode": 0, "mixed": 0}
+        self.prefill_tokens = 0
+
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        self.calls["prefill"] += 1
+        self.prefill_tokens += int(new_tokens)
+        return 0.010 + 1e-4 * new_tokens
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        self.calls["decode"] += 1
+        return 0.005 + 1e-5 * batch
+
+    def mixed_s(self, new: float, seqs: int, cached: float, batch: int, context: float) -> float:
+        self.calls["mixed"] += 1
+        self.prefill_tokens += int(new)
+        return 0.010 + 1e-4 * new + 1e-5 * batch
+
+
+def test_fake_is_a_step_times() -> None:
+    assert isinstance(FakeSteps(), StepTimes)
+
+
+def test_one_client_by_hand() -> None:
+    steps = FakeSteps()
+    res = replay_closed_loop(steps, isl=1000, osl=11, concurrency=1, pool_tokens=10_000, rounds=3)
+    assert res.ttft_s == pytest.approx(0.010 + 0.1)
+    assert res.tpot_s == pytest.approx(0.005 + 1e-5)
+    assert res.e2e_s == pytest.approx(0.110 + 10 * 0.00501)
+    assert (res.prefill_steps, res.decode_steps, res.retractions) == (3, 30, 0)
+
+
+def test_long_prompts_are_chunked() -> None:
+    steps = FakeSteps()
+    res = replay_closed_loop(steps, isl=10_000, osl=2, concurrency=1, pool_tokens=50_000, chunked_prefill_size=4096)
+    assert res.prefill_steps == 5 * math.ceil(10_000 / 4096)
+    assert res.ttft_s == pytest.approx(3 * 0.010 + 1e-4 * 10_000)
+
+
+def test_prefill_first_delays_decode_of_running_requests() -> None:
+    # two clients: the second prompt is prefilled before the first request's first decode step
+    res = replay_closed_loop(FakeSteps(), isl=100, osl=3, concurrency=2, pool_tokens=10_000, rounds=1)
+    assert res.ttft_s == pytest.approx(0.010 + 1e-4 * 200)  # both prompts fit one prefill batch
+    res = replay_closed_loop(
+        FakeSteps(), isl=100, osl=3, concurrency=2, pool_tokens=10_000, rounds=1, chunked_prefill_size=100
+    )
+    assert res.ttft_s == pytest.approx((0.02 + 0.04) / 2)
+
+
+def test_mixed_chunk_runs_prefill_with_decode() -> None:
+    steps = FakeSteps()
+    replay_closed_loop(
+        steps, isl=500, osl=50, concurrency=4, pool_tokens=10_000, rounds=3, chunked_prefill_size=500, mixed_chunk=True
+    )
+    assert steps.calls["mixed"] > 0
+
+
+@given(
+    isl=st.integers(1, 3000),
+    osl=st.integers(1, 400),
+    concurrency=st.integers(1, 40),
+    slack=st.floats(1.0, 30.0),
+)
+def test_pool_is_never_exceeded_and_every_request_finishes(isl: int, osl: int, concurrency: int, slack: float) -> None:
+    pool = int((isl + osl) * slack)
+    steps = FakeSteps()
+    res = replay_closed_loop(steps, isl=isl, osl=osl, concurrency=concurrency, pool_tokens=pool, rounds=2)
+    assert res.max_used_tokens <= pool
+    assert res.requests == 2 * concurrency
+    # every token generated once: decode steps carry at most one token per request per step
+    assert res.decode_steps >= osl - 1
+    assert res.ttft_s > 0 and res.e2e_s >= res.ttft_s
+    if res.retractions:
+        # retracted work is prefilled again: more prefill tokens than prompts
+        assert steps.prefill_tokens > res.requests * isl
+
+
+def test_a_kv_bound_row_retracts_and_still_finishes() -> None:
+    steps = FakeSteps()
+    res = replay_closed_loop(steps, isl=100, osl=1000, concurrency=20, pool_tokens=6000, rounds=2)
+    assert res.retractions > 0
+    assert res.max_used_tokens <= 6000
+    assert steps.prefill_tokens > 40 * 100
+
+
+def test_impossible_rows_are_refused() -> None:
+    with pytest.raises(ReplayError, match="does not fit the KV pool"):
+        replay_closed_loop(FakeSteps(), isl=1000, osl=1000, concurrency=1, pool_tokens=1500)
+    with pytest.raises(ReplayError, match="positive"):
+        replay_closed_loop(FakeSteps(), isl=0, osl=10, concurrency=1, pool_tokens=1500)
+
+
+def test_sglang_chunk_size_tiers() -> None:
+    assert sglang_chunked_prefill_size(80 * 2**30) == 8192
+    assert sglang_chunked_prefill_size(180 * 2**30) == 16384
+    assert sglang_chunked_prefill_size(24 * 2**30) == 2048
+
+
+def test_open_loop_waits_for_arrivals() -> None:
+    res = replay_open_loop(FakeSteps(), [(5.0, 1000, 11)], pool_tokens=10_000)
+    assert res.ttft_s == pytest.approx(0.110)
+    assert res.e2e_s == pytest.approx(0.110 + 10 * 0.00501)
+
+
+def test_vllm_policy_mixes_decode_into_prefill_steps_within_the_budget() -> None:
+    steps = FakeSteps()
+    requests = [(0.01 * i, 300 + 7 * i, 40 + i) for i in range(30)]
+    res = replay_open_loop(
+        steps, requests, pool_tokens=5000, policy="vllm-v1", max_num_batched_tokens=512, max_running_requests=16
+    )
+    assert steps.calls["mixed"] > 0
+    assert res.requests == 30 and res.max_used_tokens <= 5000
+
+
+def test_open_loop_refuses_bad_requests() -> None:
+    with pytest.raises(ReplayError, match="unknown policy"):
+        replay_open_loop(FakeSteps(), [(0.0, 10, 10)], pool_tokens=100, policy="tgi")
+    with pytest.raises(ReplayError, match="arrival_s"):
+        replay_open_loop(FakeSteps(), [(0.0, 0, 10)], pool_tokens=100)
+
+
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 800), st.integers(1, 200)), min_size=1, max_size=30),
+    gap=st.floats(0.0, 0.05),
+    slack=st.floats(1.0, 10.0),
+    policy=st.sampled_from(["sglang", "vllm-v1"]),
+)
+def test_open_loop_pool_invariant_and_token_accounting(
+    sizes: list[tuple[int, int]], gap: float, slack: float, policy: str
+) -> None:
+    pool = int(max(i + o for i, o in sizes) * slack)
+    steps = FakeSteps()
+    requests = [(gap * k, i, o) for k, (i, o) in enumerate(sizes)]
+    res = replay_open_loop(steps, requests, pool_tokens=pool, policy=policy, max_num_batched_tokens=1024)
+    assert res.max_used_tokens <= pool
+    assert res.requests == len(sizes)
+    assert steps.prefill_tokens >= sum(i for i, _ in sizes)  # every prompt computed (retracted ones again)
