@@ -4,7 +4,10 @@ Scenarios (pearl_sched/sim/scenarios/*.json) run with their policies; one line p
 end to end (segment=all), the step throughput and its ratio to ROLL, to PEARL-faithful and to the oracle:
 
     reproduce scenario=<name> segment=<name|all> policy=<name> throughput_tok_s=<x>
-              vs_roll=<r> vs_pearl=<r> vs_oracle=<r>      (on one line)
+              vs_roll=<r> vs_pearl=<r> vs_oracle=<r> oracle=<static|hindsight>      (on one line)
+
+``vs_oracle`` is against ``oracle-hindsight`` when the scenario ran it, else ``oracle-static``; ``oracle=`` says
+which (docs/simulator.md, "Oracles").
 
 Ratio selection (PEARL Table 2 style): for every constant-resource level of the e2e segments (rollout GPUs
 available, and the same with the 16 training GPUs lent) and Table 2's own levels, every configuration is
@@ -21,6 +24,7 @@ disaggregated configuration against colocated, on the e2e workload and on the sh
 Then the issue's targets, each with met=yes|no. Usage:
     python bench/reproduce.py [--only scenarios,ratio,crossover] [--scenarios e2e,sensitivity/short-batch]
                               [--processes 2] [--out DIR (reports, plots)]
+                              [--ray [--ray-address ADDR]]   (the runs as Ray tasks: same figures as serial)
 """
 
 from __future__ import annotations
@@ -49,13 +53,22 @@ def _fmt(x: float | None) -> str:
     return "nan" if x is None else f"{x:.3f}"
 
 
-def scenarios(data: Path, processes: int, out: Path | None, only: set[str] | None = None) -> list[Report]:
+def scenarios(
+    data: Path,
+    processes: int,
+    out: Path | None,
+    only: set[str] | None = None,
+    ray_address: str | None = None,
+    ray: bool = False,
+) -> list[Report]:
     reports = []
     for name in ("e2e", "ablation", "sensitivity"):
         for scenario in load_scenario(name).expand():
             if only is not None and name not in only and scenario.name not in only:
                 continue
-            report = run_scenario(scenario, list(scenario.policies), data, processes=processes)
+            report = run_scenario(
+                scenario, list(scenario.policies), data, processes=processes, ray=ray, ray_address=ray_address
+            )
             reports.append(report)
             if out is not None:
                 from pearl_sched.sim.plots import plot_report
@@ -63,6 +76,7 @@ def scenarios(data: Path, processes: int, out: Path | None, only: set[str] | Non
                 target = out / scenario.name.replace("/", "-")
                 report.write(target / "report.json")
                 plot_report(report, target)
+            oracle = report.oracle()
             for policy, run in report.runs.items():
                 for seg in [*run.segments, None]:
                     segment = seg.segment if seg is not None else "all"
@@ -72,7 +86,8 @@ def scenarios(data: Path, processes: int, out: Path | None, only: set[str] | Non
                         f"reproduce scenario={scenario.name} segment={segment} policy={policy}"
                         f" throughput_tok_s={throughput:.0f} vs_roll={_fmt(report.ratio(policy, 'roll', where))}"
                         f" vs_pearl={_fmt(report.ratio(policy, 'pearl', where))}"
-                        f" vs_oracle={_fmt(report.ratio(policy, 'oracle', where))}",
+                        f" vs_oracle={_fmt(report.ratio(policy, oracle, where) if oracle else None)}"
+                        f" oracle={oracle.removeprefix('oracle-') if oracle else 'none'}",
                         flush=True,
                     )
             print(f"# {scenario.name}: {report.wall_s:.0f} s wall", flush=True)
@@ -103,13 +118,23 @@ def _sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
     return gpus, measured
 
 
-def ratio_selection(data: Path, processes: int) -> list[tuple[str, float, bool]]:
+def ratio_selection(
+    data: Path, processes: int, ray_address: str | None = None, ray: bool = False
+) -> list[tuple[str, float, bool]]:
     scenario = load_scenario("e2e")
     setting = setting_for(scenario, data)
     levels = _levels(scenario, data)
     jobs = [(scenario.model_dump_json(), gpus, str(data)) for gpus in levels]
-    with ProcessPoolExecutor(max_workers=processes) as pool:
-        sweeps = dict(pool.map(_sweep, jobs))
+    if ray or ray_address is not None:
+        import ray as ray_module  # the --ray flag checked the extra
+
+        if not ray_module.is_initialized():
+            ray_module.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        task = ray_module.remote(num_cpus=1)(_sweep)
+        sweeps = dict(ray_module.get([task.remote(job) for job in jobs]))
+    else:
+        with ProcessPoolExecutor(max_workers=processes) as pool:
+            sweeps = dict(pool.map(_sweep, jobs))
     outcomes = []
     for gpus in levels:
         measured = sweeps[gpus]
@@ -162,13 +187,15 @@ def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> 
         line("pearl_sched>=pearl_every_segment", ",".join(f"{g:.3f}" for g in gains.values()), min(gains.values()) >= 1)
         scarce = min(e2e.scenario.segments, key=lambda s: s.target_mean_rollout_gpus).name
         line("pearl_sched_vs_pearl_scarce>=1.10", f"{gains[scarce]:.3f}", gains[scarce] >= 1.10)
-        vs_oracle = e2e.ratio("pearl_sched", "oracle") or 0.0
-        line("pearl_sched_within_3pct_of_oracle", f"{vs_oracle:.3f}", vs_oracle >= 0.97)
+        for oracle in ("oracle-static", "oracle-hindsight"):
+            if oracle in e2e.runs:
+                vs_oracle = e2e.ratio("pearl_sched", oracle) or 0.0
+                line(f"pearl_sched_within_3pct_of_{oracle}", f"{vs_oracle:.3f}", vs_oracle >= 0.97)
     others = [r for r in reports if "pearl" in r.runs and "pearl_sched" in r.runs]
     if others:
         worst = min((r.ratio("pearl_sched", "pearl") or 0.0, r.scenario.name) for r in others)
         line("pearl_sched>=pearl_every_scenario", f"{worst[0]:.3f}@{worst[1]}", worst[0] >= 1 - 1e-9)
-    sweeps = ("oracle", "best-colocated", "best-disaggregated")  # hindsight sweeps, not policies
+    sweeps = ("oracle-static", "oracle-hindsight", "best-colocated", "best-disaggregated")  # references, not rivals
     rivals: list[tuple[float, str]] = []
     vs_sweep: list[tuple[float, str]] = []
     for r in reports:
@@ -201,15 +228,25 @@ def main() -> None:
     parser.add_argument("--only", default="scenarios,ratio,crossover")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
+    parser.add_argument("--ray", action="store_true", help="Run the independent runs as Ray tasks (the ray extra)")
+    parser.add_argument("--ray-address", help="Ray cluster to join (implies --ray); default: a local one")
     parser.add_argument(
         "--scenarios", help="Comma-separated scenario files or variants to run, e.g. e2e,sensitivity/short-batch"
     )
     args = parser.parse_args()
+    use_ray = args.ray or args.ray_address is not None
+    if use_ray:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            parser.error("--ray needs the ray extra: pip install 'pearl-sched[ray]'")
     parts = set(args.only.split(","))
     start = time.perf_counter()
     only = set(args.scenarios.split(",")) if args.scenarios else None
-    reports = scenarios(args.data, args.processes, args.out, only) if "scenarios" in parts else []
-    selection = ratio_selection(args.data, args.processes) if "ratio" in parts else []
+    reports = (
+        scenarios(args.data, args.processes, args.out, only, args.ray_address, use_ray) if "scenarios" in parts else []
+    )
+    selection = ratio_selection(args.data, args.processes, args.ray_address, use_ray) if "ratio" in parts else []
     if "crossover" in parts:
         crossover(args.data)
     targets(reports, selection)

@@ -280,7 +280,14 @@ DEMO_POLICIES = ("roll", "roll-large", "rlboost+", "pearl", "pearl_sched")
 
 
 def _run_simulation(
-    scenario_name: str, policies: list[str] | None, data: Path | None, out: Path, processes: int, plots: bool
+    scenario_name: str,
+    policies: list[str] | None,
+    data: Path | None,
+    out: Path,
+    processes: int,
+    plots: bool,
+    ray: bool = False,
+    ray_address: str | None = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -291,6 +298,11 @@ def _run_simulation(
 
     if not 0 <= processes <= MAX_PROCESSES:
         _fail(f"--processes is 0 (up to 2) to {MAX_PROCESSES}, not {processes}")
+    if ray or ray_address is not None:
+        try:
+            import ray as _ray  # noqa: F401
+        except ImportError:
+            _fail("--ray needs the ray extra: pip install 'pearl-sched[ray]'")
     _check_writable_dir(out, "--out")
     try:
         base = load_scenario(scenario_name)
@@ -321,7 +333,15 @@ def _run_simulation(
                 progress.update(task, advance=1, description=f"{name}: {policy} {segment} done")
 
             try:
-                report = run_scenario(scenario, chosen, data, processes=processes, on_done=done)
+                report = run_scenario(
+                    scenario,
+                    chosen,
+                    data,
+                    processes=processes,
+                    on_done=done,
+                    ray=ray,
+                    ray_address=ray_address,
+                )
             except (ScenarioError, WorkloadDataError) as exc:
                 _fail(str(exc))
             except ValueError as exc:  # a setting the data cannot serve (an unknown model config, ...)
@@ -350,7 +370,8 @@ def _print_report(report: Any) -> None:
     table = Table(
         title=f"{report.scenario.name}: step throughput, k tokens/s ({report.wall_s:.0f} s wall)", show_edge=False
     )
-    for column in ("policy", *segments, "end to end", "vs ROLL", "vs PEARL", "vs oracle", "steps", "carried"):
+    oracle = f"vs {report.oracle()}" if report.oracle() is not None else "vs oracle"
+    for column in ("policy", *segments, "end to end", "vs ROLL", "vs PEARL", oracle, "steps", "carried"):
         table.add_column(column, justify="left" if column == "policy" else "right", no_wrap=True)
 
     def ratio(x: float | None) -> str:
@@ -382,9 +403,15 @@ def simulate_command(
     ),
     processes: Annotated[int, typer.Option(help="Parallel simulations (0: up to 2)")] = 0,
     plots: Annotated[bool, typer.Option(help="Write PNG plots")] = True,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Run each (policy, segment) as a Ray task (the ray extra)")
+    ] = False,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="Ray cluster to join (implies --ray); default: a local one")
+    ] = None,
 ) -> None:
     """Simulate a scenario under several policies on real profiles; print the table, write a report and plots."""
-    _run_simulation(scenario, policy, data, out, processes, plots)
+    _run_simulation(scenario, policy, data, out, processes, plots, ray, ray_address)
 
 
 @app.command("demo")

@@ -3,18 +3,28 @@
 =================  ==============================================================================================
 ``roll``           ROLL: 4 dedicated rollout GPUs, colocated, never elastic, never borrows.
 ``roll-large``     ROLL with a fixed pool the size of the segment's mean (whole TP groups), colocated.
-``rlboost+``       RLBoost-like: every available preemptible GPU joins at once, colocated, no PD adaptation,
-                   no borrowing (our reading of PEARL's RLBoost+ baseline; the paper does not spell it out).
+``rlboost+``       RLBoost (Wu et al., NSDI'26, arXiv 2510.19225) adapted to asynchronous agentic RL as PEARL's
+                   RLBoost+ is: every available preemptible GPU joins at once, colocated, join-the-shortest-queue
+                   routing, no PD adaptation, and adaptive partial-response seeding on the training cluster
+                   (:class:`RLBoostPlus`).
 ``static-3p5d``    Disaggregated at PEARL's 16-GPU ratio (3P:5D) scaled to whatever is available, elastic,
                    borrows whenever the trainer is idle.
 ``ungated``        pearl_sched's planner, but borrowing without the Eq. 7 gate: it believes toggles are free.
 ``pearl``          PEARL-faithful: PEARL's closed-form model, its enumeration, its gate (``plan(backend=
                    "enumeration")`` with :class:`~pearl_sched.makespan.PearlMakespanModel`).
 ``pearl_sched``    The improved predictor with the MILP and the policies (``plan()`` defaults).
-``oracle``         Hindsight: for every resource level met, the best static configuration found by simulating
-                   the batch on every configuration (a sweep); borrows whenever the trainer is idle.
+``oracle-static``  The best *static* configuration per resource level: for every count of usable workers met, every
+                   configuration (colocated, each P:D) is simulated on batch 0 from a fresh pool and the fastest is
+                   used whenever that many workers are usable; borrows whenever the trainer is idle. Not a bound:
+                   it ignores the running state, the actual batch and transition costs.
+``oracle-hindsight``
+                   Hindsight lookahead (:class:`HindsightOracle`): at every decision point but the periodic tick it
+                   copies the real simulated cluster and, for each candidate action (mode at a step boundary,
+                   P:D on a grid of prefill shares, borrow or not, keep), runs the copy to the batch's end on the
+                   actual batch and the actual future availability, transition costs paid as the cluster pays
+                   them, and takes the action whose training can start first.
 ``pearl_sched-no-borrow``, ``best-colocated``, ``best-disaggregated``
-                   Ablations: pearl_sched without borrowing; the oracle restricted to one mode.
+                   Ablations: pearl_sched without borrowing; oracle-static restricted to one mode.
 ``pearl_sched-one-batch``
                    Ablation: pearl_sched with PEARL's one-batch gates (``gate_horizon="batch"``) instead of
                    gates weighed over the residence; the same fitted hazard (what the horizon is worth).
@@ -23,14 +33,20 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import Assignment, Decider, Event, EventKind, PlannerDecider
+from pearl_sched.errors import SimulationError
 from pearl_sched.sim.setting import Setting
 from pearl_sched.state import ClusterState, Mode, Role, Zone
+
+if TYPE_CHECKING:
+    from pearl_sched.sim.cluster import SimCluster
 
 Config = tuple[Mode, int, int, int]  # mode, prefill, decode, colocated
 
@@ -111,6 +127,90 @@ class FixedColocated:
         return None if target.roles() == current else target
 
 
+RLBOOST_ETA = 0.5
+"""η of RLBoost's seeding-window update ``T_seed ← T_seed + η (trainer wait − remote wait)``: our choice (the
+paper adapts the window with a step size it does not fix for this setting)."""
+
+
+class RLBoostPlus:
+    """RLBoost+ (PEARL's baseline): RLBoost's rollout offload, adapted to asynchronous agentic RL, colocated.
+
+    RLBoost (Wu et al., "RLBoost: Harvesting Preemptible Resources for Cost-Efficient Reinforcement Learning on
+    LLMs", NSDI'26, arXiv 2510.19225; code Terra-Flux/PolyRL) runs rollout on preemptible instances next to a
+    reserved training cluster and adapts the reserved cluster's share by *partial-response seeding*: at the start
+    of each step the training cluster generates for a window ``T_seed``, then hands the unfinished responses to the
+    remote instances (one extra prefill of each prefix) and goes back to training; after the step
+    ``T_seed ← T_seed + η (trainer wait − remote wait)``, memoised per number of remote instances; requests are
+    balanced by join-the-shortest-queue.
+
+    What this class borrows, as the simulator expresses it: colocated workers on every available dedicated and
+    preemptible GPU, taken at once and kept (no PD mode, no ratio); the simulator's colocated router, which sends a
+    turn to the worker with the fewest running and queued requests (JSQ); the seeding window as a loan of the
+    idle training GPUs — when training finishes (the trainer is idle, asynchronous staleness 1) they join the
+    batch colocated (PEARL Table 3 activation), and at the first decision point after ``T_seed`` they go back
+    (deactivation), their sequences re-prefilled on the remote workers (the hand-off's extra prefill); the
+    window update after every batch, with trainer wait = how long the training GPUs sat idle after the window
+    until the batch ended, remote wait = how long the batch's workers sat idle after it until the next step
+    could start, memoised per count of remote workers at the window's start, starting at 0 s.
+
+    What it does not: the pull-based weight transfer (the simulator charges PEARL Table 3's preparation and
+    finalisation for a joining worker instead), token-level migration of a preempted worker's responses (the
+    simulator re-prefills the prefix elsewhere, as for any leaving worker), RLBoost's synchronous on-policy loop
+    (here asynchronous, staleness 1, as PEARL runs it); the window ends at the decision-point granularity (the
+    periodic tick), not to the second; η is :data:`RLBOOST_ETA`, our choice.
+    """
+
+    def __init__(self, name: str = "rlboost+", eta: float = RLBOOST_ETA) -> None:
+        self.name = name
+        self.eta = eta
+        self.reason = ""
+        self.seed_s: dict[int, float] = {}  # T_seed per remote-worker count
+        self.cluster: SimCluster | None = None
+        self._window: tuple[float, int] | None = None  # (start, remote workers) of this batch's window
+        self._window_end_s: float | None = None
+
+    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+        """Read the batch's end from ``cluster`` for the window update (the other arguments are not used)."""
+        self.cluster = cluster
+
+    def _update(self, now_s: float) -> None:
+        """After a batch: move the window of the remote count it ran with by η (trainer wait − remote wait)."""
+        cluster = self.cluster
+        if self._window is None or cluster is None or cluster.previous_makespan_s is None:
+            return
+        _, remote = self._window
+        batch_end_s = cluster.batch_start + cluster.previous_makespan_s
+        window_end_s = self._window_end_s if self._window_end_s is not None else batch_end_s
+        trainer_wait_s = max(0.0, batch_end_s - window_end_s)
+        remote_wait_s = max(0.0, now_s - batch_end_s)
+        self.seed_s[remote] = max(0.0, self.seed_s.get(remote, 0.0) + self.eta * (trainer_wait_s - remote_wait_s))
+        self._window = self._window_end_s = None
+
+    def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """Colocated on every remote GPU; the training GPUs join for ``T_seed`` once the trainer is idle."""
+        remote_zones = (Zone.DEDICATED, Zone.PREEMPTIBLE)
+        if event.kind is EventKind.STEP_BOUNDARY:
+            self._update(event.at_s)
+        borrowed = any(zone is Zone.OVERLAP and role is not None for _, zone, role, _ in _slots(state))
+        zones: tuple[Zone, ...] = remote_zones
+        remote = _usable(state, remote_zones)
+        if self._window is None and _lendable(state) and event.kind is not EventKind.STEP_BOUNDARY:
+            self._window = (event.at_s, remote)  # the trainer went idle: the seeding window opens
+        if self._window is not None and self._window_end_s is None:
+            start_s, count = self._window
+            if event.at_s < start_s + self.seed_s.get(count, 0.0) and _lendable(state):
+                zones = (*remote_zones, Zone.OVERLAP)
+            elif borrowed or event.at_s >= start_s:
+                self._window_end_s = event.at_s  # hand the seeded responses back to the remote workers
+        n = _usable(state, zones)
+        if n == 0:
+            return None
+        self.reason = f"colocated on {n} workers; seeding window {self.seed_s.get(remote, 0.0):.0f} s"
+        target = assign(state, Mode.COLOCATED, (Mode.COLOCATED, 0, 0, n), zones)
+        current = {w.id: w.rollout_role for w in state.workers}
+        return None if target.roles() == current else target
+
+
 class StaticRatio:
     """Disaggregated at a fixed prefill share, on everything available, borrowing whenever allowed."""
 
@@ -133,9 +233,13 @@ class StaticRatio:
 
 
 class Oracle:
-    """Hindsight best static configuration per resource level, by simulating the batch on each one."""
+    """The best static configuration per count of usable workers, by simulating batch 0 on each one (a sweep).
 
-    def __init__(self, setting: Setting, name: str = "oracle", only: Mode | None = None) -> None:
+    Not a hindsight bound: the choice ignores the running batch, the trajectories' progress, the actual batch of
+    the step and transition costs; see :class:`HindsightOracle` for that.
+    """
+
+    def __init__(self, setting: Setting, name: str = "oracle-static", only: Mode | None = None) -> None:
         self.name = name
         self.only = only
         self.setting = setting
@@ -184,6 +288,122 @@ class Oracle:
         return None if target.roles() == current else target
 
 
+HINDSIGHT_PREFILL_SHARES = (0.25, 0.5, 0.75)
+"""The disaggregated ratios the hindsight oracle tries per worker count: these prefill shares, rounded."""
+
+
+class HindsightOracle:
+    """A hindsight lookahead over the planners' action space, simulated on the real cluster state.
+
+    At the step boundary and at every decision point where something changed (GPUs joined or left, training
+    finished) — not at the periodic tick, to stay cheap — it copies the simulated cluster and, for every
+    candidate action, applies it to the copy (paying the transition delays the cluster charges: PEARL Table 3
+    preparation + finalisation for an admitted preemptible worker, activation for a borrowed training GPU and
+    deactivation when it goes back, the role switch, the restart of a mode change), runs the copy to the batch's
+    end on the step's actual trajectories with the segment's actual future availability (preemptions applied as
+    the trace says; GPUs that join later are not used by the copy) and scores it by when the step's training can
+    start (the batch's end, plus the deactivation of borrowed GPUs, and not before the previous training ends).
+    The action with the earliest start wins; keeping the current configuration is always a candidate.
+
+    Candidates: with and without borrowing (when the trainer is idle), colocated on every usable worker, and
+    disaggregated at :data:`HINDSIGHT_PREFILL_SHARES` of them; a mode change only at the step boundary (the
+    cluster defers it otherwise, as the planners' plans are).
+
+    What it bounds: each decision is the best, in hindsight, of its candidates *held to the batch's end*, so no
+    plan that holds one of those configurations from a decision point can beat it there. What it does not: it is
+    greedy (one decision at a time, no plan that changes configuration twice before the batch ends is searched),
+    the candidate grid is coarse, and nothing is decided at the ticks, so a planner can beat it; it is a strong
+    reference, not an upper bound on throughput.
+    """
+
+    def __init__(self, name: str = "oracle-hindsight", shares: Sequence[float] = HINDSIGHT_PREFILL_SHARES) -> None:
+        self.name = name
+        self.shares = tuple(shares)
+        self.reason = ""
+        self.lookaheads = 0
+        self.predicted_s: list[tuple[float, float]] = []  # (decision time, predicted training start) per choice
+        self.cluster: SimCluster | None = None
+        self.changes: list[tuple[float, float]] = []
+        self.dedicated_gpus = 0
+
+    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+        """Look at ``cluster`` and the segment's availability ``changes`` (rollout GPUs, dedicated included)."""
+        self.cluster = cluster
+        self.changes = list(changes)
+        self.dedicated_gpus = dedicated_gpus
+
+    def candidates(self, state: ClusterState, modes: Sequence[Mode]) -> list[Assignment]:
+        """Every candidate target: borrow or not, colocated on all usable workers, or P:D on the share grid."""
+        out: list[Assignment] = []
+        options: list[tuple[Zone, ...]] = [(Zone.DEDICATED, Zone.PREEMPTIBLE)]
+        if _lendable(state):
+            options.append((Zone.DEDICATED, Zone.PREEMPTIBLE, Zone.OVERLAP))
+        for zones in options:
+            n = _usable(state, zones)
+            if n == 0:
+                continue
+            configs: list[Config] = []
+            if Mode.COLOCATED in modes or n == 1:
+                configs.append((Mode.COLOCATED, 0, 0, n))
+            if Mode.DISAGGREGATED in modes and n > 1:
+                prefills = sorted({min(n - 1, max(1, round(n * share))) for share in self.shares})
+                configs.extend((Mode.DISAGGREGATED, p, n - p, 0) for p in prefills)
+            out.extend(assign(state, config[0], config, zones) for config in configs)
+        return out
+
+    def score(self, target: Assignment | None) -> float:
+        """When the step's training could start if ``target`` were applied now and held (``None``: keep)."""
+        real = self.cluster
+        assert real is not None
+        memo: dict[int, object] = {id(real.setting): real.setting, id(real.setting.steps): real.setting.steps}
+        for spec in real.setting.batch(real.step):
+            memo[id(spec)] = spec
+        sim = copy.deepcopy(real, memo)
+        sim.timeline = []
+        self.lookaheads += 1
+        try:
+            if target is not None:
+                sim.apply(target)
+            if sim.batch is None:
+                if not any(slot.role is not None for slot in sim.slots):
+                    return math.inf
+                sim.launch(sim.step)
+            for at_s, gpus in self.changes:
+                if at_s <= sim.now:
+                    continue
+                if not sim.advance(at_s):
+                    break
+                sim.set_preemptible(max(0.0, gpus - self.dedicated_gpus))
+            else:
+                sim.advance(math.inf)
+            if sim.batch is not None and sim.batch.unfinished:
+                sim.advance(math.inf)
+        except (SimulationError, ValueError):
+            return math.inf
+        _, back_s, _ = sim.finish_batch()
+        return max(back_s, sim.trainer_idle_at)
+
+    def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """Keep at ticks; elsewhere the candidate whose simulated training starts first."""
+        if self.cluster is None:
+            raise SimulationError(f"{self.name} looks at the simulated cluster: run it with run_segment")
+        if event.kind is EventKind.TICK:
+            return None
+        boundary = self.cluster.batch is None
+        modes = (Mode.COLOCATED, Mode.DISAGGREGATED) if boundary else (self.cluster.batch_mode,)
+        current = {w.id: w.rollout_role for w in state.workers}
+        options: list[Assignment | None] = [] if boundary and not any(current.values()) else [None]
+        options.extend(c for c in self.candidates(state, modes) if c.roles() != current)
+        if not options:
+            return None
+        scored = [(self.score(option), i, option) for i, option in enumerate(options)]
+        best_s, _, best = min(scored, key=lambda x: (x[0], x[1]))
+        self.predicted_s.append((event.at_s, best_s))
+        label = "keep" if best is None else best.ratio
+        self.reason = f"{label}: training starts at {best_s:.0f} s, best of {len(options)} simulated ahead"
+        return best
+
+
 def _free_toggles(costs: TransitionCosts) -> TransitionCosts:
     return costs.model_copy(update={"activation_s": 0.0, "deactivation_s": 0.0})
 
@@ -212,9 +432,8 @@ POLICIES: dict[str, PolicySpec] = {
         ),
         PolicySpec(
             "rlboost+",
-            lambda st, c, p: FixedColocated("rlboost+", (Zone.DEDICATED, Zone.PREEMPTIBLE)),
-            allow_borrow=False,
-            description="elastic over preemptible GPUs, colocated, no borrowing",
+            lambda st, c, p: RLBoostPlus(),
+            description="RLBoost adapted (PEARL): preemptible GPUs colocated, JSQ, adaptive seeding on training GPUs",
         ),
         PolicySpec(
             "static-3p5d",
@@ -243,9 +462,14 @@ POLICIES: dict[str, PolicySpec] = {
             fitted_hazard=True,
         ),
         PolicySpec(
-            "oracle",
+            "oracle-static",
             lambda st, c, p: Oracle(st),
-            description="hindsight best static configuration per resource level (simulated sweep)",
+            description="best static configuration per usable-worker count, batch 0 from a fresh pool (sweep)",
+        ),
+        PolicySpec(
+            "oracle-hindsight",
+            lambda st, c, p: HindsightOracle(),
+            description="hindsight lookahead per decision point: candidates simulated on the real state and future",
         ),
         PolicySpec(
             "pearl_sched-no-borrow",
@@ -265,12 +489,12 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec(
             "best-colocated",
             lambda st, c, p: Oracle(st, "best-colocated", Mode.COLOCATED),
-            description="hindsight best colocated configuration per resource level (ablation)",
+            description="oracle-static restricted to colocated (ablation)",
         ),
         PolicySpec(
             "best-disaggregated",
             lambda st, c, p: Oracle(st, "best-disaggregated", Mode.DISAGGREGATED),
-            description="hindsight best disaggregated P:D per resource level (ablation: forced disaggregation)",
+            description="oracle-static restricted to disaggregated P:D (ablation: forced disaggregation)",
         ),
     )
 }

@@ -27,19 +27,29 @@ counted as such, never lost.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError
+from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
+from pearl_sched.makespan_improved import ImprovedMakespanModel
+from pearl_sched.predictors import make_predictor
+from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, refit
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
-from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Zone, ratio_label
+from pearl_sched.sim.steptimes import StepTimes
+from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone, ratio_label
+
+TELEMETRY_ALPHA = 0.3
+"""The EWMA weight of each step's telemetry in the planners' workload estimate (profiles/telemetry.py default)."""
 
 TRAINING = "training"
 
@@ -54,6 +64,75 @@ class _Slot:
     ready_at: float = 0.0  # when its current role becomes effective
     index: int | None = None  # its worker index in the running batch (None: not in it yet)
     back_at: float = 0.0  # overlap: when the trainer has it again
+
+
+class ObservedStepTimes:
+    """The world's step times as the workers report them: each prefill batch and decode iteration is recorded.
+
+    Only sufficient statistics are kept (PEARL's linear forms are least-squares fits), so a copy is cheap.
+    """
+
+    def __init__(self, world: StepTimes) -> None:
+        self.world = world
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the samples (after each batch's refit)."""
+        self.prefill_nt = self.prefill_nn = 0.0  # Σ new tokens × s, Σ new tokens²
+        self.decode_k = 0
+        self.decode_b = self.decode_bb = self.decode_t = self.decode_bt = 0.0
+
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """The world's prefill time, recorded."""
+        seconds = self.world.prefill_s(new_tokens, sequences, cached_tokens)
+        self.prefill_nt += new_tokens * seconds
+        self.prefill_nn += new_tokens * new_tokens
+        return seconds
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        """The world's decode-iteration time, recorded."""
+        seconds = self.world.decode_s(batch, context_tokens)
+        self.decode_k += 1
+        self.decode_b += batch
+        self.decode_bb += batch * batch
+        self.decode_t += seconds
+        self.decode_bt += batch * seconds
+        return seconds
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """The world's mixed prefill+decode pass (not recorded: PEARL's linear forms have no mixed step)."""
+        return self.world.mixed_s(
+            prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
+        )
+
+    @property
+    def source(self) -> str:
+        """The world's step-time source."""
+        return self.world.source
+
+    def fit(self, prior: DeviceParams) -> DeviceParams | None:
+        """PEARL's ``t_p`` and ``A + b·n`` fitted to this batch's samples (None without two batch sizes)."""
+        k = self.decode_k
+        spread = k * self.decode_bb - self.decode_b**2
+        if self.prefill_nn <= 0 or k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
+            return None
+        per_sequence = (k * self.decode_bt - self.decode_b * self.decode_t) / spread
+        per_sequence = max(per_sequence, 1e-12)
+        fixed = max(0.0, (self.decode_t - per_sequence * self.decode_b) / k)
+        return prior.model_copy(
+            update={
+                "prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12),
+                "decode_iteration_s": fixed,
+                "decode_per_seq_s": per_sequence,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -145,6 +224,12 @@ class SimCluster:
         self.timeline: list[tuple[float, str, str]] = []
         self.preempted = 0
         self.last_result: BatchResult | None = None
+        self.step = 0  # the step whose batch runs, or is about to launch at a step boundary
+        self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
+        self.telemetry_rejections: list[str] = []
+        self.observed = ObservedStepTimes(setting.steps)
+        self.pearl_params: PearlParams | None = None  # refitted from observed steps; None: the planners' prior
+        self.refits = 0
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -180,7 +265,7 @@ class SimCluster:
         return ClusterState(
             gpus=tuple(gpus),
             workers=tuple(workers),
-            workload=self.setting.workload(unfinished=unfinished, bubble_ratio=self.bubble_ratio),
+            workload=self.workload(unfinished),
             budget=Budget(max_gpus=usable, allow_borrow=self.allow_borrow),
         )
 
@@ -226,6 +311,78 @@ class SimCluster:
             "generated_tokens": float(result.generated_tokens),
             "finished": float(result.finished),
         }
+
+    def workload(self, unfinished: int | None = None) -> Workload:
+        """What the planners know of the batch: the telemetry refit once a batch has finished, else the prior.
+
+        The prior (first batch only) is the workload's statistics as the orchestrator logs them from the trajectory
+        data (:meth:`Setting.workload`); after every batch the cluster reports per-turn telemetry (turns, appended,
+        generated and retained tokens, environment time, the decoding fraction) and
+        :func:`~pearl_sched.profiles.telemetry.refit` folds it in with an EWMA (α = :data:`TELEMETRY_ALPHA`).
+        """
+        stats = self.trajectory_stats
+        if stats is None:
+            return self.setting.workload(unfinished=unfinished, bubble_ratio=self.bubble_ratio)
+        size = self.setting.scenario.trajectories_per_step
+        return stats.workload(
+            batch_size=size,
+            unfinished=size if unfinished is None else unfinished,
+            kv_bytes_per_token=self.setting.kv_bytes_per_token,
+        )
+
+    def report_telemetry(self, step: int, result: BatchResult) -> None:
+        """Refit the planners' workload from the finished batch's per-turn telemetry (rejected rows are logged)."""
+        rows: dict[str, list[float]] = {name: [] for name in TELEMETRY_COLUMNS}
+        for index, spec in enumerate(self.setting.batch(step)):
+            context = 0
+            for turn, u in enumerate(spec.turns):
+                context += u.appended_tokens + u.generated_tokens
+                for name, value in zip(
+                    TELEMETRY_COLUMNS,
+                    (step, index, turn, u.appended_tokens, u.generated_tokens, context, u.env_after_s),
+                    strict=True,
+                ):
+                    rows[name].append(float(value))
+        fraction = None
+        if result.finished == result.trajectories and math.isfinite(result.bubble_ratio):
+            fraction = 1.0 / (1.0 + result.bubble_ratio)
+        fitted = refit(self.trajectory_stats, rows, alpha=TELEMETRY_ALPHA, decoding_fraction=fraction)
+        if not fitted.accepted:
+            self.telemetry_rejections.append(f"step {step}: {fitted.reason}")
+        self.trajectory_stats = fitted.stats
+        self._refit_device()
+
+    def _refit_device(self) -> None:
+        """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first)."""
+        setting = self.setting
+        previous = self.pearl_params.devices[0] if self.pearl_params is not None else None
+        template = previous or DeviceParams(
+            gpu_type=setting.gpu_type,
+            tp=self.tp,
+            prefill_s_per_token=1.0,
+            decode_iteration_s=1.0,
+            decode_per_seq_s=1.0,
+            kv_capacity_bytes=setting.kv_capacity_bytes,
+        )
+        observed = self.observed.fit(template)
+        if observed is None:
+            self.telemetry_rejections.append(f"step {self.step}: too few decode batch sizes to refit step times")
+            return
+        if previous is not None:
+            a = TELEMETRY_ALPHA
+            observed = observed.model_copy(
+                update={
+                    name: (1 - a) * getattr(previous, name) + a * getattr(observed, name)
+                    for name in ("prefill_s_per_token", "decode_iteration_s", "decode_per_seq_s")
+                }
+            )
+        self.pearl_params = PearlParams(
+            devices=(observed,),
+            switch_overhead_s=0.0,
+            kv_bandwidth_bytes_per_s=setting.link_bytes_per_s,
+            kv_bandwidth_per_prefill_worker=True,
+            source="refitted from observed steps",
+        )
 
     # -- transitions ----------------------------------------------------------------------------------------
     def _delay(self, slot: _Slot, old: Role | None, new: Role) -> float:
@@ -296,7 +453,9 @@ class SimCluster:
             counts = {"prefill": max(1, len(by_role[Role.PREFILL])), "decode": max(1, len(by_role[Role.DECODE]))}
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
             raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
-        pool = self.setting.pool(mode, **counts)
+        pool = dataclasses.replace(self.setting.pool(mode, **counts), step_times=self.observed)
+        self.observed.reset()
+        self.step = step
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
         self.batch_start = self.now
@@ -395,6 +554,7 @@ class SimCluster:
         self.previous_makespan_s = result.makespan_s
         if result.finished == result.trajectories and math.isfinite(result.bubble_ratio):
             self.bubble_ratio = result.bubble_ratio
+        self.report_telemetry(self.step, result)
         back = max([end, *(s.back_at for s in self.slots if s.zone is Zone.OVERLAP)])
         return result, back, borrowed
 
@@ -402,6 +562,24 @@ class SimCluster:
         """The configuration in force, e.g. ``3P5D`` or ``6C``."""
         roles = [s.role for s in self.slots if s.role is not None]
         return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
+
+
+def _refresh_model(decider: Decider, params: PearlParams) -> None:
+    """A planner's makespan model on the parameters refitted from telemetry (other deciders have none)."""
+    model = getattr(decider, "model", None)
+    if isinstance(model, ImprovedMakespanModel) and model.params.pearl is not params:
+        decider.model = make_predictor("improved", params)  # type: ignore[attr-defined]
+    elif isinstance(model, PearlMakespanModel) and model.params is not params:
+        decider.model = make_predictor("pearl", params)  # type: ignore[attr-defined]
+
+
+@runtime_checkable
+class ClusterBound(Protocol):
+    """A decider that reads the simulated cluster itself (the hindsight oracle), bound before its segment runs."""
+
+    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+        """Give the decider the cluster, the segment's availability changes ``(time_s, rollout GPUs)`` and the
+        dedicated GPUs (the trace counts include them)."""
 
 
 # -- the clock --------------------------------------------------------------------------------------------
@@ -490,7 +668,10 @@ class _Segment:
         """Decide at the step boundary, launch the step's batch and schedule its decision points."""
         t, step, cluster = event.at_s, event.step, self.cluster
         cluster.now = t
+        cluster.step = step
         cluster.trainer_idle_at = self.train_end_s
+        if cluster.pearl_params is not None:
+            _refresh_model(self.loop.decider, cluster.pearl_params)
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):
@@ -620,6 +801,8 @@ def run_segment(
     )
     loop = ControlLoop(cluster, decider)
     run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)
+    if isinstance(decider, ClusterBound):
+        decider.bind(cluster, run.changes, dedicated)
     order = itertools.count()  # simultaneous events run in the order they were scheduled
     queue: list[tuple[float, int, _Event]] = []
 
