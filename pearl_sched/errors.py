@@ -30,7 +30,8 @@ class InfeasiblePlanError(PearlSchedError):
         min_gpus_needed: The fewest rollout GPUs with which some configuration would be feasible, or ``None``
             when no number of GPUs helps (e.g. a KV requirement no pool in the cluster can meet).
         binding_constraint: Short name of the constraint that binds: ``"budget"``, ``"kv_capacity"``,
-            ``"prefill_capacity"``, ``"no_eligible_workers"`` or ``"disaggregated_needs_prefill_and_decode"``.
+            ``"prefill_capacity"``, ``"kv_and_prefill_capacity"`` (both fall short: lifting either one alone
+            does not help), ``"no_eligible_workers"`` or ``"disaggregated_needs_prefill_and_decode"``.
     """
 
     def __init__(self, message: str, *, min_gpus_needed: int | None, binding_constraint: str) -> None:

@@ -16,6 +16,9 @@ globals. :func:`plan` runs five steps, each a function here:
    or mode must beat its threshold against that, unless keeping is infeasible (a forced switch);
 5. :func:`_assemble` — map class counts to slots, emit ordered actions, predict the makespan and fill the
    :class:`~pearl_sched.plans.Plan`.
+
+:func:`_settle` then plans the state the actions lead to; if that asks for more, the plan goes straight to
+the settled target, so re-planning a plan's result asks for nothing (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
-from pearl_sched.errors import InfeasiblePlanError
+from pearl_sched.errors import InfeasiblePlanError, SolverError
 from pearl_sched.makespan import MakespanModel, PoolCapacity
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
@@ -45,7 +48,7 @@ from pearl_sched.policies import (
 from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
 from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
-from pearl_sched.transition import FLIP_ROLES, assign_slots, assignment_tuple, build_actions
+from pearl_sched.transition import FLIP_ROLES, apply_actions, assign_slots, assignment_tuple, build_actions
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +128,12 @@ class _SolveContext:
         # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
         candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
         start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
-        outcome = solve_class_problem(
-            problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
-        )
+        try:
+            outcome = solve_class_problem(
+                problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
+            )
+        except SolverError as exc:
+            return self._fallback(problem, exc)
         self.wall_s += outcome.wall_time_s
         self.rounds += outcome.rounds
         self.rounding_error = max(self.rounding_error, outcome.rounding_error)
@@ -146,6 +152,13 @@ class _SolveContext:
             return None
         proven = solution is outcome.solution and outcome.status == "optimal" and math.isfinite(outcome.bound_s)
         return _Solved(solution, outcome.bound_s if proven else None)
+
+    def _fallback(self, problem: ClassProblem, error: SolverError) -> _Solved | None:
+        """After a backend failure: PEARL's full enumeration answers instead (docs/reliability.md)."""
+        logger.warning("%s; using the enumeration", error)
+        self.statuses += ("solver-error-fallback-enumeration",)
+        enumerated = enumerate_configurations(problem)
+        return _Solved(enumerated, None) if enumerated is not None else None
 
     def feasible(self, problem: ClassProblem) -> bool:
         """Whether some configuration of ``problem`` is feasible."""
@@ -176,7 +189,9 @@ def plan(
         policy_state: State the policies carry between decisions.
         backend: ``"auto"`` (the measured default), a name from ``pearl_sched.solvers.available_backends()``,
             or ``"enumeration"`` (PEARL's search, no solver).
-        time_limit_s: Per solve; on expiry the best incumbent, else the enumeration result, is used.
+        time_limit_s: Per solve; on expiry the best incumbent, else the enumeration result, is used. A backend
+            that fails (an exception inside its package, a ``SolverError``) is logged and the enumeration
+            answers instead (status ``solver-error-fallback-enumeration``).
 
     Returns:
         The plan: mode, counts, slot assignment, ordered actions, predicted makespan, decision and solver info.
@@ -194,8 +209,27 @@ def plan(
         raise ValueError(f"time_limit_s must be a positive finite number, got {time_limit_s!r}")
     resolved = backend if backend == _ENUMERATION else get_backend(backend).name  # fails early with the extra
     digest = input_digest(state, model, costs, policy, pstate, resolved)
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
+    label = backend if backend != "auto" else f"auto:{resolved}"
 
+    def once(at: ClusterState) -> Plan:
+        return _plan_once(at, model, costs, policy, pstate, resolved, time_limit_s, label, digest)
+
+    return _settle(state, model, once(state), once, costs, policy, label, digest, pstate)
+
+
+def _plan_once(
+    state: ClusterState,
+    model: MakespanModel,
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    pstate: PolicyState,
+    resolved: str,
+    time_limit_s: float,
+    label: str,
+    digest: str,
+) -> Plan:
+    """Steps 1-5 once, for ``state`` as given."""
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
     classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
@@ -213,7 +247,92 @@ def plan(
         chosen,
         decision,
         solves,
-        backend=backend if backend != "auto" else f"auto:{resolved}",
+        backend=label,
+        digest=digest,
+        pstate=pstate,
+    )
+
+
+_SETTLE_STEPS = 3
+
+
+def _settle(
+    state: ClusterState,
+    model: MakespanModel,
+    first: Plan,
+    once: Callable[[ClusterState], Plan],
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    label: str,
+    digest: str,
+    pstate: PolicyState,
+) -> Plan:
+    """The plan whose result re-plans to no actions: the configuration the control loop settles in.
+
+    The gates and the hysteresis compare configurations whose transition costs depend on the state they start
+    from; once a transition is paid, the state after it can pass a gate the state before did not (an admission
+    pause already paid makes borrowing worth it). So the actions are applied and the result planned again; when
+    that asks for more, the plan goes straight to its target from ``state`` (one transition, not two), and is
+    checked again, at most :data:`_SETTLE_STEPS` times.
+    """
+    current = first
+    for _ in range(_SETTLE_STEPS):
+        if not current.actions:
+            return current
+        after = once(apply_actions(state, current.actions))
+        if not after.actions:
+            return current
+        composed = _compose(state, model, current, after, costs, policy, label, digest, pstate)
+        if composed is None:
+            break
+        current = composed
+    logger.warning("plan did not settle in %d steps; the control loop will finish the transition", _SETTLE_STEPS)
+    return current
+
+
+def _compose(
+    state: ClusterState,
+    model: MakespanModel,
+    first: Plan,
+    then: Plan,
+    costs: TransitionCosts,
+    policy: PolicyConfig,
+    label: str,
+    digest: str,
+    pstate: PolicyState,
+) -> Plan | None:
+    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to)."""
+    classified = _classify(state, model, costs, policy)
+    problem = classified.base.with_classes(classified.classes)
+    target = then.roles()
+    counts = tuple(tuple(sum(1 for sid in c.slot_ids if target[sid] is r) for r in ROLES) for c in problem.classes)
+    solution = evaluate(problem, then.mode, counts)  # type: ignore[arg-type]
+    if solution is None:  # cannot happen: a slot eligible after the transition was eligible before it
+        return None
+    kind = first.decision.kind
+    if kind not in (DecisionKind.INITIAL, DecisionKind.FORCED) and then.decision.kind is not DecisionKind.KEPT:
+        kind = then.decision.kind
+    decision = Decision(
+        kind=kind, reason=f"{first.decision.reason}; then, with that transition paid: {then.decision.reason}"
+    )
+    solves = _SolveContext(
+        first.solver.backend,
+        1.0,
+        count=first.solver.solves + then.solver.solves,
+        wall_s=first.solver.wall_time_s + then.solver.wall_time_s,
+        rounds=first.solver.rounds + then.solver.rounds,
+        rounding_error=max(first.solver.rounding_error, then.solver.rounding_error),
+        statuses=(first.solver.status, then.solver.status),
+    )
+    return _assemble(
+        state,
+        model,
+        classified,
+        problem,
+        _Solved(solution, None),
+        decision,
+        solves,
+        backend=label,
         digest=digest,
         pstate=pstate,
     )
@@ -329,7 +448,9 @@ def _gate(
         return problem, best
     wider_best = solves.solve(wider)
     if wider_best is None:
-        return problem, best
+        # Nothing fits yet: keep the category eligible so the next gate widens on top of it (a budget may need
+        # new preemptible *and* borrowed GPUs at once).
+        return (wider, None) if best is None else (problem, best)
     if gate.category is _Category.NEW_PREEMPTIBLE and best is None and inputs.pstate.preemption_hazard_per_s <= 0:
         # A cold start on GPUs that stay (h = 0): their one-time costs are free in the long run. At h > 0 the
         # costs stay whole here (docs/policies.md, limits).
@@ -665,19 +786,23 @@ def _diagnose(problem: ClassProblem, solves: _SolveContext) -> InfeasiblePlanErr
             min_gpus_needed=hi,
             binding_constraint="budget",
         )
-    for without, name in (
-        (replace(relaxed, kv_required_bytes=0.0), "kv_capacity"),
-        (replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity"),
+    kv = f"{problem.kv_required_bytes / 2**30:.1f} GiB of KV cache"
+    prefill = f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
+    needs_kv, needs_prefill = problem.kv_required_bytes > 0, problem.min_prefill_tokens_per_s > 0
+    for asked, without, name, detail in (  # one relaxation at a time, then both (when each alone is not enough)
+        (needs_kv, replace(relaxed, kv_required_bytes=0.0), "kv_capacity", kv),
+        (needs_prefill, replace(relaxed, min_prefill_tokens_per_s=0.0), "prefill_capacity", prefill),
+        (
+            needs_kv and needs_prefill,
+            replace(relaxed, kv_required_bytes=0.0, min_prefill_tokens_per_s=0.0),
+            "kv_and_prefill_capacity",
+            None,
+        ),
     ):
-        if solves.feasible(without):
-            gib = problem.kv_required_bytes / 2**30
-            detail = (
-                f"{gib:.1f} GiB of KV cache"
-                if name == "kv_capacity"
-                else f"{problem.min_prefill_tokens_per_s:.0f} prefill tokens/s"
-            )
+        if asked and solves.feasible(without):
+            what = detail or f"both {kv} and {prefill} (lifting either one alone is not enough)"
             return InfeasiblePlanError(
-                f"no configuration of the eligible workers provides {detail}, even using every GPU",
+                f"no configuration of the eligible workers provides {what}, even using every GPU",
                 min_gpus_needed=None,
                 binding_constraint=name,
             )

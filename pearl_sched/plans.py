@@ -129,9 +129,14 @@ class Plan(Frozen):
         return {a.worker_id: a.role for a in self.assignment}
 
     def fingerprint(self) -> str:
-        """SHA-256 of the plan without its wall time: equal for identical inputs, byte for byte."""
+        """SHA-256 of the plan without what solvers report with noise: equal for identical inputs.
+
+        Left out: the wall time, and the solver's bound (SCIP's varies in its last digits between identical
+        runs); everything decided — roles, actions, the exact objective, the solver status — is in.
+        """
         data = self.model_dump(mode="json")
         data["solver"].pop("wall_time_s")
+        data["solver"].pop("bound_s")
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 

@@ -12,6 +12,9 @@ from typing import ClassVar, Literal, Protocol
 
 SolveStatus = Literal["optimal", "feasible", "infeasible", "no_solution", "error"]
 
+EXACT_ROUNDING = 1e-12
+"""Relative coefficient rounding at or below which a rounded model counts as the model itself."""
+
 
 @dataclass
 class LinearModel:
@@ -61,7 +64,9 @@ class SolveResult:
     """What a backend returns.
 
     ``values`` is empty when no feasible point was found. ``rounding_error`` is the largest relative change
-    a backend made to a coefficient (CP-SAT needs integers); zero for the others.
+    a backend made to a coefficient (CP-SAT needs integers); zero for the others. A backend that rounded more
+    than :data:`EXACT_ROUNDING` proved nothing about this model: it reports ``"feasible"`` and no bound, and
+    sets ``rounded_optimal`` when it proved its rounded model optimal (so a caller can stop searching).
     """
 
     status: SolveStatus
@@ -71,6 +76,7 @@ class SolveResult:
     wall_time_s: float
     rounding_error: float = 0.0
     message: str = ""
+    rounded_optimal: bool = False
 
     @property
     def has_solution(self) -> bool:

@@ -5,12 +5,16 @@ with N_P = 1..N−1, N_D = N − N_P, O(N) in all. Each candidate's slots follow
 (Eq. 5–6): every class keeps its current role up to the target count, deficits are filled with new workers
 first, then with re-roled survivors — prefill preferring volatile GPUs, decode stable ones. The result is
 exact for homogeneous pools where using every worker is optimal; elsewhere it is a good start solution for
-the MILP and the answer when no solver is installed.
+the MILP and the answer when no solver is installed. When no candidate fits, the search tries fewer workers,
+then (on instances of at most 20,000 configurations) every configuration, so the no-solver planner refuses a
+feasible budget only on larger instances.
 """
 
 from __future__ import annotations
 
-from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, evaluate
+import math
+
+from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, brute_force, evaluate
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
@@ -78,7 +82,35 @@ def enumerate_configurations(problem: ClassProblem, window: int | None = None) -
     ``window`` of the balance point (where the prefill pool stops being the slower one) are tried: O(window)
     instead of O(N), which is what the MILP's start solution needs.
     """
-    n = usable_workers(problem)
+    usable = usable_workers(problem)
+    best = _best_of(problem, usable, window)
+    # Using every worker can break the budget (wide TP groups) or leave no split whose pools meet KV and prefill
+    # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first.
+    for n in range(usable - 1, 0, -1):
+        if best is not None or window is not None:
+            break
+        best = _best_of(problem, n, None)
+    if best is None and window is None and _search_size(problem) <= _BRUTE_FORCE_LIMIT:
+        best = brute_force(problem)  # PEARL's slot order can miss a fit (the one wide-TP slot with enough KV)
+    return best
+
+
+_BRUTE_FORCE_LIMIT = 20_000
+"""Configurations up to which the no-solver search, having found nothing, tries them all (exact)."""
+
+
+def _search_size(problem: ClassProblem) -> int:
+    size = 2
+    for c in problem.classes:
+        k = len(c.eligible)
+        size *= math.comb(c.size + k, k)  # count vectors of k roles summing to at most n_k
+        if size > _BRUTE_FORCE_LIMIT:
+            break
+    return size
+
+
+def _best_of(problem: ClassProblem, n: int, window: int | None) -> ClassSolution | None:
+    """The best candidate using ``n`` workers."""
     best: ClassSolution | None = None
     candidates: list[tuple[Mode, dict[Role, int]]] = []
     if Mode.COLOCATED in problem.modes and n >= 1:

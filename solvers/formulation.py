@@ -51,9 +51,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from pearl_sched.errors import PearlSchedError, SolverError
 from pearl_sched.makespan import PoolTerms
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
-from pearl_sched.solvers.base import Backend, LinearModel, SolveResult
+from pearl_sched.solvers.base import EXACT_ROUNDING, Backend, LinearModel, SolveResult
 from pearl_sched.state import Mode, Role
 
 _CUT_TOLERANCE = 1e-6
@@ -341,6 +342,9 @@ def solve_class_problem(
             best = outcome.solution
     if best is not None:
         bound = min(bound, best.objective_s)
+    if rounding > EXACT_ROUNDING:  # the backend solved a rounded model: neither its optimum nor its bound is ours
+        statuses = ["feasible" if s == "optimal" else s for s in statuses]
+        bound = -math.inf
     if all(s in ("optimal", "infeasible") for s in statuses):
         status = "optimal" if best is not None else "infeasible"
     else:
@@ -384,7 +388,7 @@ def _solve_mode(
             )
         if best is not None and backend.capabilities.supports_hint:
             model.hint = _hint_vector(model, columns, problem, best)
-        result: SolveResult = backend.solve(model, time_limit_s=max(time_limit_s - wall, 1e-3))
+        result = _call(backend, model, time_limit_s=max(time_limit_s - wall, 1e-3))
         wall += result.wall_time_s
         rounding = max(rounding, result.rounding_error)
         if result.status == "infeasible":
@@ -406,11 +410,21 @@ def _solve_mode(
                 if model_t < exact - _CUT_TOLERANCE * max(1.0, exact):
                     cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=1))
                     tight = False
-        if tight and result.status == "optimal":
-            return MilpOutcome(best, "optimal", bound, wall, rounds, rounding)
+        if tight and (result.status == "optimal" or result.rounded_optimal):
+            return MilpOutcome(best, result.status, bound, wall, rounds, rounding)
         if wall >= time_limit_s:
             break
     return MilpOutcome(best, "feasible", bound, wall, rounds, rounding)
+
+
+def _call(backend: Backend, model: LinearModel, *, time_limit_s: float) -> SolveResult:
+    """``backend.solve``, with any failure inside the solver package turned into :class:`SolverError`."""
+    try:
+        return backend.solve(model, time_limit_s=time_limit_s)
+    except PearlSchedError:
+        raise
+    except Exception as exc:  # a solver package's own bug (CP-SAT TypeError, an IndexError inside PuLP, ...)
+        raise SolverError(f"solver backend {backend.name!r} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:

@@ -78,6 +78,7 @@ def _plan_or_none(s: object, **kwargs: object) -> object:
             "budget",
             "kv_capacity",
             "prefill_capacity",
+            "kv_and_prefill_capacity",
             "no_eligible_workers",
             "disaggregated_needs_prefill_and_decode",
         }
