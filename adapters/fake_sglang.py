@@ -1,8 +1,8 @@
 """FakeSGLangServer: a test double of SGLang's HTTP server, one release at a time, for machines without a GPU.
 
 It is a fake, named as one: no model runs, generation is a sleep of ``token_time_s`` per token. What it keeps
-faithful is the HTTP surface pearl_sched and the SGLang model gateway (``smg``) use (DESIGN.md §11) and its
-rules:
+faithful is the HTTP surface pearl_sched and the SGLang model gateway (``smg``) use (docs/adapters.md, "The SGLang
+server API") and its rules:
 
 * ``/health``, ``/server_info`` (``version``, ``disaggregation_mode``, ``weight_version``, …), ``/model_info``,
   ``/v1/models``, ``/v1/loads``, ``/metrics`` (Prometheus text, ``sglang:`` names) — and no ``/version``: the
@@ -128,6 +128,11 @@ class FakeSGLangServer:
     """One fake server: an HTTP listener (and, for a prefill server, a bootstrap listener) in threads."""
 
     def __init__(self, config: FakeConfig) -> None:
+        """Set up the fake's state from its launch flags; :meth:`start` listens.
+
+        A decode server starts with :data:`FAKE_DECODE_CUDA_GRAPH_BS` captured, as SGLang captures decode graphs
+        at launch.
+        """
         self.config = config
         self.state = _State(role=config.disaggregation_mode)
         if config.disaggregation_mode == "decode":
@@ -150,6 +155,7 @@ class FakeSGLangServer:
         return self
 
     def stop(self) -> None:
+        """Close the HTTP listener and, if one runs, the bootstrap listener."""
         for server in (self.http, self.bootstrap):
             if server is not None:
                 server.shutdown()
@@ -157,13 +163,20 @@ class FakeSGLangServer:
 
     @property
     def url(self) -> str:
+        """``http://host:port`` of the fake's HTTP API."""
         return f"http://{self.config.host}:{self.config.port}"
 
     def idle(self) -> bool:
+        """Whether no request is running (role switches and memory release require it)."""
         return not self.state.running
 
     # -- endpoints ------------------------------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
+        """The ``/server_info`` body: launch flags, ``version``, ``weight_version`` and ``internal_states``.
+
+        From 0.5.21 the live role and the captured decode graphs are in ``internal_states`` and the top level keeps
+        the launch values, as in SGLang.
+        """
         c, s = self.config, self.state
         launch = c.release.live_role_in_internal_states  # the top level holds launch values there
         internal: dict[str, Any] = {"last_gen_throughput": 0.0}
@@ -209,6 +222,7 @@ class FakeSGLangServer:
         return frozenset(routes)
 
     def loads(self) -> dict[str, Any]:
+        """The ``/v1/loads`` body: one DP rank with its running requests (fake token figures: 64 per request)."""
         with self.lock:
             running = len(self.state.running)
         return {
@@ -229,6 +243,7 @@ class FakeSGLangServer:
         }
 
     def metrics(self) -> str:
+        """The ``/metrics`` body: Prometheus text with SGLang's ``sglang:`` gauge and counter names."""
         s = self.state
         name = f'model_name="{self.config.model_path}"'
         lines = []
@@ -251,6 +266,12 @@ class FakeSGLangServer:
         return "\n".join(lines) + "\n"
 
     def generate(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Serve ``/generate``: sleep ``token_time_s`` per token, honouring pauses; returns (status, body).
+
+        A prefill server prefills (``prefill_time_s``), publishes the room's KV and returns one token; a decode
+        server first fetches the room's KV from the prefill server's bootstrap port. Refused with 503 while memory
+        is released or a role switch runs, 400 without bootstrap fields in PD mode, 500 when the KV never comes.
+        """
         c, s = self.config, self.state
         if s.released:
             return 503, {"error": f"memory released ({sorted(s.released)}): resume_memory_occupation first"}
@@ -332,6 +353,12 @@ class FakeSGLangServer:
         return {"output_token_logprobs": [[-0.1 * (i + 1), i, None] for i in range(generated)]}
 
     def pd_role_switch(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Serve ``/pd_role_switch`` under SGLang's rules; returns (status, body with ``success`` and ``message``).
+
+        Refused (400) without ``--enable-pd-role-switch``, outside PD mode, on a backend other than mooncake/mori,
+        while busy or during another switch, and for a switch to decode without captured graphs unless
+        ``decode_cuda_graph_memory_gb`` is given. Takes ``role_switch_time_s``.
+        """
         c, s = self.config, self.state
         new_role = body.get("new_role")
         old = s.role
@@ -377,6 +404,10 @@ class FakeSGLangServer:
             s.switching = False
 
     def memory(self, release: bool, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Serve ``/release_memory_occupation`` (``release``) or ``/resume_memory_occupation`` for ``tags``.
+
+        Refused (400) without ``--enable-memory-saver`` or while requests run.
+        """
         s = self.state
         if not self.config.enable_memory_saver:
             return 400, {"success": False, "message": "memory saver is off: launch with --enable-memory-saver"}
@@ -388,6 +419,11 @@ class FakeSGLangServer:
         return 200, {"success": True, "message": "released" if release else "resumed"}
 
     def pause(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Serve ``/pause_generation`` in ``mode``: ``abort``, ``retract`` or ``in_place``.
+
+        ``abort`` ends running requests with their tokens so far; ``retract`` and ``in_place`` hold them until
+        ``/continue_generation``. Releases before 0.5.8 always abort.
+        """
         mode = body.get("mode", "abort") if self.config.release.pause_modes else "abort"  # 0.5.2 always aborts
         if mode not in ("abort", "retract", "in_place"):
             return 400, {"error": f"unknown pause mode {mode!r}"}
@@ -400,12 +436,18 @@ class FakeSGLangServer:
         return 200, {"success": True}
 
     def resume_generation(self) -> tuple[int, dict[str, Any]]:
+        """Serve ``/continue_generation``: held requests go on."""
         with self.lock:
             self.state.paused = None
             self.lock.notify_all()
         return 200, {"success": True}
 
     def update_weights(self, body: dict[str, Any], distributed: bool) -> tuple[int, dict[str, Any]]:
+        """Serve ``/update_weights_from_disk`` or (``distributed``) ``/update_weights_from_distributed``.
+
+        Sets ``weight_version``; no weights move. Refused (400) without ``model_path``, for an unknown group, or
+        while requests run (unless ``abort_all_requests``).
+        """
         s = self.state
         if distributed and s.group != body.get("group_name"):
             return 400, {"success": False, "message": f"no weights update group {body.get('group_name')!r}"}
@@ -555,8 +597,10 @@ def _bootstrap_handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
 
 
 def launch_parser(version: str = VERSION) -> argparse.ArgumentParser:
-    """The fake's launch parser for SGLang ``version``: that release's flags (of those pearl_sched passes) and the
-    fake's own ``--fake-*`` ones."""
+    """Build the fake's launch parser for SGLang ``version``.
+
+    It takes that release's flags (of those pearl_sched passes) and the fake's own ``--fake-*`` ones.
+    """
     release = release_for(version)
     p = argparse.ArgumentParser(prog="fake_sglang", description="A fake SGLang server (no model, no GPU)")
     p.add_argument("--model-path", default="fake/model")
@@ -617,6 +661,7 @@ def parse_args(argv: list[str]) -> FakeConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run a fake server from ``sglang.launch_server``-style flags until interrupted; exit 1 if it cannot start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -43,9 +43,14 @@ class Registration:
 
 
 def find_smg() -> str:
-    """The ``smg`` executable: ``$PEARL_SCHED_SMG``, next to this Python (a virtual environment's bin/), or on
-    PATH. The gateway is a separate service: installing it in a virtual environment of its own keeps its
-    dependencies (grpcio, protobuf) apart from the solvers'."""
+    """Locate the ``smg`` executable: ``$PEARL_SCHED_SMG``, next to this Python (a venv's bin/), or on PATH.
+
+    The gateway is a separate service: installing it in a virtual environment of its own keeps its dependencies
+    (grpcio, protobuf) apart from the solvers'.
+
+    Raises:
+        AdapterError: none of the three has it.
+    """
     beside = Path(sys.executable).with_name("smg")
     found = os.environ.get("PEARL_SCHED_SMG") or (str(beside) if beside.exists() else None) or shutil.which("smg")
     if found is None:
@@ -71,6 +76,22 @@ class Gateway:
         timeout_s: float = 10.0,
         api_key: str | FromEnv | None = FROM_ENV,
     ) -> None:
+        """Describe the gateway; :meth:`start` launches it.
+
+        Args:
+            port: the port its HTTP API listens on.
+            host: the address it binds.
+            pd: PD-disaggregated mode (``--pd-disaggregation``) instead of regular.
+            policy: smg's load-balancing policy (``--policy``).
+            metrics_port: its Prometheus port; ``port + 1`` when ``None``.
+            binary: the ``smg`` executable; :func:`find_smg` when ``None``.
+            log_dir: where its log (0600) goes; a new temporary folder when ``None``.
+            timeout_s: seconds one call to its API may take.
+            api_key: the bearer key; by default ``$PEARL_SCHED_API_KEY``, ``None`` for none.
+
+        Raises:
+            InvalidArgumentError: a bad host, port, metrics port or API key.
+        """
         self.host, self.port, self.pd, self.policy = validate_host(host), validate_port(port), pd, policy
         self.metrics_port = validate_port(metrics_port if metrics_port is not None else port + 1)
         self.binary = binary
@@ -83,9 +104,15 @@ class Gateway:
 
     @property
     def url(self) -> str:
+        """``http://host:port``: where clients send requests and workers are registered."""
         return f"http://{self.host}:{self.port}"
 
     def argv(self) -> list[str]:
+        """The ``smg launch`` command line (an argv list, never a shell string); it holds the API key.
+
+        Raises:
+            AdapterError: no ``binary`` was given and :func:`find_smg` finds none.
+        """
         argv = [
             self.binary or find_smg(),
             "launch",
@@ -111,6 +138,11 @@ class Gateway:
         return argv
 
     def start(self, *, ready_timeout_s: float = 60.0) -> Gateway:
+        """Launch ``smg`` in its own session and return once ``GET /workers`` answers 200.
+
+        Raises:
+            AdapterError: it exited (the message has its log's tail), or was not ready in ``ready_timeout_s`` s.
+        """
         argv = self.argv()
         log_path = self.log_dir / f"smg-{self.port}.log"
         with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
@@ -130,14 +162,17 @@ class Gateway:
         return self
 
     def stop(self, *, grace_s: float = 5.0) -> None:
+        """Stop the gateway process (SIGTERM, SIGKILL after ``grace_s`` seconds); nothing when not running."""
         process, self.process = self.process, None
         if process is not None:
             stop_process_group(process, grace_s=grace_s)
 
     def __enter__(self) -> Gateway:
+        """The gateway, started unless it already runs."""
         return self.start() if self.process is None else self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop the gateway and close the API client."""
         self.stop()
         self.client.close()
 

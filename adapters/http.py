@@ -103,6 +103,7 @@ class FromEnv:
     """The default of an ``api_key`` parameter: read ``$PEARL_SCHED_API_KEY`` (None passes no key)."""
 
     def __repr__(self) -> str:
+        """``FROM_ENV``, as the default shows in signatures."""
         return "FROM_ENV"
 
 
@@ -255,12 +256,23 @@ class DecodeGraphs:
 
 
 class SGLangServerClient(_Client):
-    """One SGLang server's HTTP API (DESIGN.md §11), under the routes of the release it runs.
+    """One SGLang server's HTTP API under the routes of the release it runs (docs/adapters.md, "The SGLang server API").
 
     The release is learnt from the first ``/server_info`` answer (``version``) unless given.
     """
 
     def __init__(self, url: str, *, release: SGLangRelease | None = None, **kwargs: Any) -> None:
+        """Talk to the server at ``url``.
+
+        Args:
+            url: ``scheme://host:port`` of the server.
+            release: its SGLang release when known; learnt from ``/server_info`` otherwise.
+            **kwargs: ``timeout_s`` (s per call), ``attempts`` and ``backoff_s`` (s) of the retries of idempotent
+                calls, ``api_key``.
+
+        Raises:
+            InvalidArgumentError: a malformed URL or API key.
+        """
         super().__init__(url, **kwargs)
         self.release = release
 
@@ -342,6 +354,14 @@ class SGLangServerClient(_Client):
         return out
 
     def generate(self, payload: Mapping[str, Any], *, timeout_s: float = 600.0) -> dict[str, Any]:
+        """``POST /generate`` once (not retried: it is not idempotent), waiting up to ``timeout_s`` seconds.
+
+        Returns:
+            SGLang's answer: ``output_ids``, ``meta_info`` (``finish_reason``, token counts, ``weight_version``).
+
+        Raises:
+            AdapterError: a timeout, no connection, or an error status.
+        """
         data: dict[str, Any] = self.call(
             "POST", "/generate", json=dict(payload), idempotent=False, timeout_s=timeout_s
         ).json()
@@ -364,9 +384,21 @@ class SGLangServerClient(_Client):
         return data
 
     def release_memory(self, tags: list[str] | None = None) -> None:
+        """``/release_memory_occupation``: free ``tags`` (``weights``, ``kv_cache``, ``cuda_graph``; all when None).
+
+        The server must be idle and launched with ``--enable-memory-saver``.
+
+        Raises:
+            AdapterError: the server refused.
+        """
         self._success("/release_memory_occupation", {"tags": tags})
 
     def resume_memory(self, tags: list[str] | None = None) -> None:
+        """``/resume_memory_occupation``: take back the memory of ``tags`` (all when None).
+
+        Raises:
+            AdapterError: the server refused.
+        """
         self._success("/resume_memory_occupation", {"tags": tags})
 
     def pause(self, mode: str = "retract") -> None:
@@ -374,9 +406,15 @@ class SGLangServerClient(_Client):
         self.call("POST", "/pause_generation", json={"mode": mode}, idempotent=True)
 
     def resume_generation(self) -> None:
+        """``/continue_generation``: undo :meth:`pause`."""
         self.call("POST", "/continue_generation", json={}, idempotent=True)
 
     def update_weights_from_disk(self, model_path: str, weight_version: str | None = None) -> None:
+        """``/update_weights_from_disk``: load ``model_path`` and, when given, label it ``weight_version``.
+
+        Raises:
+            AdapterError: the server failed to load the weights.
+        """
         payload: dict[str, Any] = {"model_path": model_path}
         if weight_version is not None:
             payload["weight_version"] = weight_version
@@ -385,6 +423,18 @@ class SGLangServerClient(_Client):
     def init_weights_update_group(
         self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str
     ) -> None:
+        """``/init_weights_update_group``: join the trainer's NCCL group ``group_name`` to receive weights.
+
+        Args:
+            master_address: the group's rendezvous host (the trainer's rank 0).
+            master_port: its rendezvous port.
+            rank_offset: this server's first rank in the group.
+            world_size: ranks in the group (trainer plus servers).
+            group_name: the group's name, reused by :meth:`update_weights_from_distributed`.
+
+        Raises:
+            AdapterError: the server failed to join.
+        """
         payload = {
             "master_address": master_address,
             "master_port": master_port,
@@ -398,6 +448,18 @@ class SGLangServerClient(_Client):
     def update_weights_from_distributed(
         self, *, names: list[str], dtypes: list[str], shapes: list[list[int]], group_name: str, weight_version: str
     ) -> None:
+        """``/update_weights_from_distributed``: receive the named tensors over ``group_name``'s broadcast.
+
+        Args:
+            names: parameter names, in broadcast order.
+            dtypes: their dtypes (e.g. ``bfloat16``).
+            shapes: their shapes.
+            group_name: a group joined with :meth:`init_weights_update_group`.
+            weight_version: the label the server reports afterwards.
+
+        Raises:
+            AdapterError: the server failed to receive or load them.
+        """
         payload = {
             "names": names,
             "dtypes": dtypes,
@@ -423,10 +485,12 @@ class GatewayClient(_Client):
     """The gateway's worker API: asynchronous registration and removal, polled to completion."""
 
     def workers(self) -> list[dict[str, Any]]:
+        """``GET /workers``: every registered worker (``id``, ``url``, ``worker_type``, ``status``, ...)."""
         data = self.call("GET", "/workers", idempotent=True).json()
         return list(data.get("workers", []))
 
     def worker(self, worker_id: str) -> dict[str, Any] | None:
+        """``GET /workers/{id}``; None once the gateway answers 404 (never registered, or removed)."""
         response = self.call("GET", f"/workers/{worker_id}", idempotent=True, ok=(200, 404))
         return None if response.status_code == 404 else dict(response.json())
 
@@ -468,8 +532,14 @@ class GatewayClient(_Client):
             self.wait_gone(worker_id, timeout_s=timeout_s)
 
     def wait_gone(self, worker_id: str, *, timeout_s: float = 30.0) -> None:
+        """Wait until the gateway answers 404 for ``worker_id``.
+
+        Raises:
+            AdapterError: it still lists the worker after ``timeout_s`` seconds.
+        """
         poll(lambda: self.worker(worker_id) is None, timeout_s=timeout_s, what=f"gateway to drop worker {worker_id}")
 
     def find(self, url: str) -> dict[str, Any] | None:
+        """The registered worker serving ``url`` (a trailing ``/`` ignored), or None."""
         url = url.rstrip("/")
         return next((w for w in self.workers() if str(w.get("url", "")).rstrip("/") == url), None)

@@ -1,6 +1,7 @@
 """Starting and stopping SGLang servers: from an argv list (never a shell string), locally or with Ray.
 
-:func:`server_argv` turns a :class:`ServerSpec` into ``sglang.launch_server`` flags (DESIGN.md §11). A
+:func:`server_argv` turns a :class:`ServerSpec` into ``sglang.launch_server`` flags (docs/adapters.md, "SGLang
+versions": which flags each release takes). A
 :class:`Launcher` runs it: :class:`SubprocessLauncher` on this machine with ``CUDA_VISIBLE_DEVICES`` set to
 the worker's GPUs, :class:`~pearl_sched.adapters.ray_launcher.RayLauncher` on any node of a Ray cluster.
 ``start`` returns once the server answers ``/health`` *and* the process it launched is the one listening on
@@ -108,6 +109,13 @@ class ServerSpec:
     sglang_version: str | None = None  # the servers' SGLang; None: the installed one, else the newest known
 
     def __post_init__(self) -> None:
+        """Validate every value that will reach the argv.
+
+        Raises:
+            InvalidArgumentError: a slot name that is not a plain name, a bad host, port, bootstrap port, transfer
+                backend, GPU index list or API key, or a model path or extra argument :func:`check_server_args`
+                refuses.
+        """
         if not isinstance(self.slot, str) or not _NAME.fullmatch(self.slot):
             raise InvalidArgumentError(f"slot name {self.slot!r} must be letters, digits, '.', '_' or '-'")
         validate_host(self.host, what=f"server {self.slot}: host")
@@ -129,6 +137,7 @@ class ServerSpec:
 
     @property
     def url(self) -> str:
+        """``http://host:port``: where the server's HTTP API answers."""
         return f"http://{self.host}:{self.port}"
 
 
@@ -183,28 +192,42 @@ class Handle(Protocol):
 
     spec: ServerSpec
 
-    def alive(self) -> bool: ...
+    def alive(self) -> bool:
+        """Whether the server's process is still running (not whether it answers)."""
+        ...
 
 
 class Launcher(Protocol):
     """Starts servers and stops them."""
 
-    def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> Handle: ...
+    def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> Handle:
+        """Start ``spec``'s server and return once it is healthy and owns its port.
 
-    def stop(self, handle: Handle, *, grace_s: float = 10.0) -> None: ...
+        Raises:
+            AdapterError: it exited, or was not ready within ``ready_timeout_s`` seconds (it is stopped then).
+        """
+        ...
+
+    def stop(self, handle: Handle, *, grace_s: float = 10.0) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``grace_s`` seconds."""
+        ...
 
 
 @dataclass
 class ProcessHandle:
+    """A server started by :class:`SubprocessLauncher`: its spec, its process and its log file (0600)."""
+
     spec: ServerSpec
     process: subprocess.Popen[bytes]
     log: IO[bytes]
     log_path: Path = field(default_factory=Path)
 
     def alive(self) -> bool:
+        """Whether the process has not exited."""
         return self.process.poll() is None
 
     def tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of the server's log (``""`` when it cannot be read)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -216,11 +239,26 @@ class SubprocessLauncher:
     """Servers as local processes, each in its own session so stopping one stops its children."""
 
     def __init__(self, command: Sequence[str] = SGLANG, *, log_dir: str | Path | None = None) -> None:
+        """Launch with one command.
+
+        Args:
+            command: the argv prefix: ``sglang.launch_server`` (:data:`SGLANG`) or the fake (:data:`FAKE`).
+            log_dir: where each server's log goes (``<slot>-<port>.log``); a new temporary folder when ``None``.
+        """
         self.command = tuple(command)
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="pearl-sched-servers-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> ProcessHandle:
+        """Start the server in its own session with ``CUDA_VISIBLE_DEVICES`` set to ``spec.gpu_ids``.
+
+        Returns once it answers ``/health`` and the launched process is the one listening on ``spec.port``.
+
+        Raises:
+            AdapterError: it exited, another process holds the port, or it was not ready within
+                ``ready_timeout_s`` seconds; the message carries the tail of its log. It is stopped first.
+            SGLangCompatibilityError: the installed SGLang's parser rejects the argv.
+        """
         argv = server_argv(spec, self.command)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in spec.gpu_ids)}
         log_path = self.log_dir / f"{spec.slot}-{spec.port}.log"
@@ -268,6 +306,7 @@ class SubprocessLauncher:
         return handle
 
     def stop(self, handle: Handle, *, grace_s: float = 10.0) -> None:
+        """Stop the server and its children (:func:`stop_process_group`) and close its log."""
         assert isinstance(handle, ProcessHandle)
         stop_process_group(handle.process, grace_s=grace_s)
         handle.log.close()

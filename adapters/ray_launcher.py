@@ -59,12 +59,15 @@ class _ServerActor:
 
 @dataclass
 class RayHandle:
+    """A server started by :class:`RayLauncher`: its spec (with the node's host), actor, placement group, GPUs."""
+
     spec: ServerSpec
     actor: Any
     group: Any
     devices: tuple[int, ...]
 
     def alive(self) -> bool:
+        """Whether the actor answers within 10 s that its server process is running."""
         try:
             return bool(ray.get(self.actor.alive.remote(), timeout=10))
         except Exception:
@@ -82,6 +85,17 @@ class RayLauncher:
         placement_timeout_s: float = 60.0,
         allow_no_api_key: bool = False,
     ):
+        """Launch on the Ray cluster this process is connected to.
+
+        Args:
+            command: the argv prefix each actor runs (:data:`~pearl_sched.adapters.launcher.SGLANG` by default).
+            log_dir: where each server's log goes, on the node that runs it.
+            placement_timeout_s: seconds to wait for a node with the GPUs free.
+            allow_no_api_key: start servers without an API key even though they listen on the node's address.
+
+        Raises:
+            AdapterError: ``ray.init`` has not been called.
+        """
         if not ray.is_initialized():
             raise AdapterError("Ray is not initialised: call ray.init(address=...) before creating a RayLauncher")
         self.command = tuple(command)
@@ -91,6 +105,15 @@ class RayLauncher:
         self._actor: Any = ray.remote(_ServerActor)
 
     def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> RayHandle:
+        """Reserve ``{"GPU": tp, "CPU": 1}`` on one node and start the server there from an actor.
+
+        Returns:
+            The handle; its spec's host is the node's IP when ``spec.host`` was loopback.
+
+        Raises:
+            AdapterError: no API key (unless allowed), no node with the GPUs free within ``placement_timeout_s``,
+                or the server failed to start (the actor and the placement group are removed).
+        """
         if spec.api_key is None and not self.allow_no_api_key:
             raise AdapterError(
                 f"server {spec.slot} would listen on its node's address without an API key: set"
@@ -122,6 +145,7 @@ class RayLauncher:
         return RayHandle(dataclasses.replace(spec, host=host), actor, group, devices)
 
     def stop(self, handle: Any, *, grace_s: float = 10.0) -> None:
+        """Stop the server (SIGTERM, SIGKILL after ``grace_s``), then kill the actor and free its placement group."""
         assert isinstance(handle, RayHandle)
         with contextlib.suppress(Exception):
             ray.get(handle.actor.stop.remote(), timeout=grace_s + 10)

@@ -3,7 +3,8 @@
 Requests go through the gateway. When a worker is drained with ``abort`` or preempted, the request comes back
 with ``finish_reason.type == "abort"`` and the tokens generated so far — or the gateway answers 5xx for a
 moment while it has no worker of a kind; the client resubmits the prompt plus what was generated, for the
-tokens still owed, until the turn is complete (the partial-trajectory resubmission of DESIGN.md §6).
+tokens still owed, until the turn is complete (the partial-trajectory resubmission of a shrink: docs/policies.md,
+"Minimal change and ordered actions"; docs/adapters.md, "SGLangCluster").
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ class RolloutClient:
         patience_s: float = 120.0,
         api_key: str | FromEnv | None = FROM_ENV,
     ) -> None:
+        """Open an HTTP client on the gateway.
+
+        Args:
+            gateway_url: ``scheme://host:port`` of the SGLang model gateway (smg).
+            timeout_s: seconds one ``/generate`` call may take (connecting: 5 s).
+            patience_s: seconds a turn keeps retrying while the gateway answers 5xx (no worker of a kind).
+            api_key: the bearer key; by default ``$PEARL_SCHED_API_KEY``, ``None`` for none.
+
+        Raises:
+            InvalidArgumentError: a malformed gateway URL or API key.
+        """
         key = resolve_api_key(api_key)
         self.http = httpx.Client(
             base_url=validate_url(gateway_url, what="gateway URL"),
@@ -58,9 +70,11 @@ class RolloutClient:
         self.http.close()
 
     def __enter__(self) -> RolloutClient:
+        """The client itself; leaving the ``with`` block closes it."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the HTTP connections."""
         self.close()
 
     def generate(

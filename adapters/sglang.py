@@ -2,12 +2,13 @@
 
 It owns a fixed set of worker slots (TP groups of GPUs, each with its port), starts servers through a
 :class:`~pearl_sched.adapters.launcher.Launcher`, keeps the ``smg`` gateway's workers equal to the plan, and
-carries a plan's actions out in order (DESIGN.md §6):
+carries a plan's actions out in the order docs/policies.md ("Minimal change and ordered actions") gives and
+docs/adapters.md ("SGLangCluster") details:
 
 * **return / shrink** — stop routing (gateway ``DELETE``), wait until the server is idle (``/v1/loads``) for up
   to ``drain_s``, then pause with ``abort`` so in-flight requests come back with their partial output for the
-  rollout client to resubmit elsewhere; then stop the server (or, for a borrowed training GPU kept
-  pre-spawned, ``/release_memory_occupation``) and hand the GPUs back to the trainer;
+  rollout client to resubmit elsewhere; then stop the server and hand a borrowed training GPU back to the
+  trainer (keeping a server pre-spawned with its memory released is not done yet);
 * **re-role** prefill↔decode — drain, then ``/pd_role_switch`` when the server supports it (feature-detected
   from ``/server_info``: SGLang 0.5.21 on), else a restart; then ``PUT /workers/{id}``. A switch to decode on a
   server that has captured no decode CUDA graphs carries a decode peer's ``decode_cuda_graph_bs`` and
@@ -15,8 +16,8 @@ carries a plan's actions out in order (DESIGN.md §6):
   is restarted and the log says why. A failed switch replaces the worker;
 * **restart** — a colocated↔disaggregated change: drain, stop, start in the new mode (the gateway restarts in
   the new mode too);
-* **expand** — start (or resume a pre-spawned borrowed worker), bring its weights to the cluster's version
-  (``/update_weights_from_disk``) and check it, then register the whole admission group: all or nothing.
+* **expand** — for a training GPU ``trainer.lend`` it first; start the server, bring its weights to the cluster's
+  version (``/update_weights_from_disk``) and check it, then register the whole admission group: all or nothing.
 
 Every action is journaled before and after it runs (:class:`~pearl_sched.adapters.journal.Journal`, claimed for
 this cluster's id); a new SGLangCluster over the same journal rebuilds its view from it and re-observes the slots
@@ -80,6 +81,11 @@ class SlotSpec:
     gpu_type: str = "h100"
 
     def __post_init__(self) -> None:
+        """Validate the values that reach a server's argv and URL.
+
+        Raises:
+            InvalidArgumentError: an id that is not a plain name, or a bad host, port or bootstrap port.
+        """
         if not isinstance(self.id, str) or not self.id.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise InvalidArgumentError(f"slot id {self.id!r} must be letters, digits, '.', '_' or '-'")
         validate_host(self.host, what=f"slot {self.id}: host")
@@ -124,6 +130,16 @@ class SGLangCluster:
     _running: tuple[Action, str] | None = field(default=None, init=False)  # the journaled action in progress
 
     def __post_init__(self) -> None:
+        """Check the arguments, claim the journal and rebuild the slots' roles from it.
+
+        Slots whose journaled action never finished are re-observed from their servers.
+
+        Raises:
+            InvalidArgumentError: a model path or extra argument that could inject flags, a bad API key, a key
+                the gateway does not share, or duplicate slot ids.
+            JournalLockedError: another controller has the journal open.
+            ForeignJournalError: the journal belongs to another cluster.
+        """
         check_server_args(self.model_path, self.extra_args)
         if self.api_key is not None:
             validate_api_key(self.api_key)
@@ -151,6 +167,7 @@ class SGLangCluster:
 
     # -- what the orchestrator tells us ---------------------------------------------------------------------
     def set_workload(self, workload: Workload) -> None:
+        """The rollout work still to do (trajectories, lengths) that :meth:`observe` reports to the planner."""
         self.workload = workload
 
     def set_available(self, slot_id: str, available: bool) -> None:
@@ -170,6 +187,12 @@ class SGLangCluster:
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
+        """The slots as a cluster state, from this adapter's own view (no HTTP call).
+
+        Each slot's GPUs are listed with their availability (and, for overlap GPUs, the seconds until the trainer
+        reclaims them); a serving slot is an active worker in its role, an idle overlap slot is training, any
+        other idle slot is an inactive worker. The budget is every available GPU.
+        """
         gpus, workers = [], []
         for slot in self._slots.values():
             spec = slot.spec
@@ -221,6 +244,14 @@ class SGLangCluster:
         return total
 
     def apply(self, target: Target) -> ApplyReport:
+        """Carry out the actions that move the slots to ``target``, in order, journaling each.
+
+        Returns, once the gateway's workers equal the target, which slots changed. With nothing to change it only
+        makes sure the gateway runs and registers the current workers (e.g. after resuming from a journal).
+
+        Raises:
+            AdapterError: a server or the gateway failed (the journal records the failed action).
+        """
         state = self.observe()
         actions = build_actions(state, target.roles(), {})
         if not actions:
@@ -311,8 +342,12 @@ class SGLangCluster:
         return self._start(slot, role, register=True)
 
     def _peer_decode_graphs(self, slot: _Slot) -> DecodeGraphs | None:
-        """A decode peer's captured decode graphs (batch sizes and measured footprint), for ``slot``'s switch to
-        decode; None when no serving decode peer reports them."""
+        """Find the decode CUDA graphs ``slot`` must carry to switch to decode.
+
+        Returns:
+            A serving decode peer's captured graphs (batch sizes and measured footprint), or None when no peer
+            reports them.
+        """
         for peer in self._slots.values():
             if peer is slot or peer.role is not Role.DECODE:
                 continue

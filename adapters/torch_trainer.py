@@ -45,6 +45,16 @@ class TorchTrainer:
         device: str | torch.device = "cuda",
         offload_device: str | torch.device = "cpu",
     ) -> None:
+        """Manage one model and optimizer on the trainer's GPUs.
+
+        Args:
+            model: the policy being trained.
+            optimizer: its optimizer; its state moves with the parameters.
+            gpu_ids: the cluster's ids of the GPUs this trainer owns and may lend.
+            publish_dir: where :meth:`publish_weights` writes each version.
+            device: where training runs.
+            offload_device: where parameters, gradients and optimizer state wait while the GPUs are lent.
+        """
         self.model = model
         self.optimizer = optimizer
         self.gpu_ids = tuple(gpu_ids)
@@ -58,9 +68,18 @@ class TorchTrainer:
 
     # -- TrainerAdapter -------------------------------------------------------------------------------------
     def weight_version(self) -> int:
+        """The number of training steps completed (the version :meth:`publish_weights` writes)."""
         return self.version
 
     def lend(self, gpu_ids: Sequence[str]) -> None:
+        """Move parameters, gradients and optimizer state to ``offload_device`` and free the CUDA cache.
+
+        The first GPU lent moves everything; lending more only records them.
+
+        Raises:
+            ValueError: a GPU id the trainer does not own.
+            TrainerBusyError: called during a training step.
+        """
         unknown = set(gpu_ids) - set(self.gpu_ids)
         if unknown:
             raise ValueError(f"the trainer does not own GPUs {sorted(unknown)}")
@@ -73,6 +92,10 @@ class TorchTrainer:
         self.lent |= set(gpu_ids)
 
     def reclaim(self, gpu_ids: Sequence[str], deadline_s: float) -> None:
+        """Take GPUs back; once none is lent, move the state back to ``device``.
+
+        The seconds it took are kept in ``last_reclaim_s``; exceeding ``deadline_s`` (when > 0) logs a warning.
+        """
         start = time.monotonic()
         self.lent -= set(gpu_ids)
         if not self.lent:

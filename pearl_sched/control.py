@@ -1,4 +1,4 @@
-"""The elastic control loop and the adapter interfaces it drives (DESIGN.md §6–7).
+"""The elastic control loop and the adapter interfaces it drives (docs/adapters.md, "Interfaces").
 
 One loop runs against any cluster that implements :class:`ClusterAdapter` — the simulator
 (:class:`pearl_sched.sim.cluster.SimCluster`) or SGLang behind its gateway
@@ -7,7 +7,8 @@ boundary, training begin or finish, a GPU joining or leaving, a periodic tick) i
 :class:`Decider` for a target, applies it, and records what it decided and why.
 
 A decider is the policy: :class:`PlannerDecider` wraps :func:`pearl_sched.plan` (pearl_sched and the
-PEARL-faithful policy); the simulator's baselines implement the same protocol.
+PEARL-faithful policy; its gates, hysteresis and ordered actions are in docs/policies.md); the simulator's
+baselines implement the same protocol.
 """
 
 from __future__ import annotations
@@ -55,9 +56,13 @@ class Target(Protocol):
     """A target configuration: the whole-cluster mode and each slot's rollout role. :class:`Plan` is one."""
 
     @property
-    def mode(self) -> Mode: ...
+    def mode(self) -> Mode:
+        """The whole cluster's rollout mode (colocated or disaggregated)."""
+        ...
 
-    def roles(self) -> dict[str, Role | None]: ...
+    def roles(self) -> dict[str, Role | None]:
+        """Slot id → rollout role; ``None`` for a slot with no rollout worker (off, or lent back to training)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,12 @@ class Assignment:
     role_map: Mapping[str, Role | None]
 
     def roles(self) -> dict[str, Role | None]:
+        """A copy of ``role_map``: slot id → rollout role, ``None`` for a slot without a rollout worker."""
         return dict(self.role_map)
 
     @property
     def ratio(self) -> str:
+        """The worker mix as people write it: ``"3P5D"`` disaggregated, ``"8C"`` colocated."""
         roles = list(self.role_map.values())
         return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
@@ -128,7 +135,9 @@ class Decider(Protocol):
 
     name: str
 
-    def decide(self, event: Event, state: ClusterState) -> Target | None: ...
+    def decide(self, event: Event, state: ClusterState) -> Target | None:
+        """The configuration to move to after ``event``, or ``None`` to keep the current one."""
+        ...
 
 
 class PlannerDecider:
@@ -151,6 +160,17 @@ class PlannerDecider:
         planning_costs: TransitionCosts | None = None,
         policy_state: PolicyState | None = None,
     ) -> None:
+        """Plan with one makespan model, solver backend and set of policies.
+
+        Args:
+            name: the label records and logs carry.
+            model: predicts a configuration's rollout makespan (seconds).
+            backend: the solver backend :func:`plan` runs (``"auto"``: the measured default).
+            costs: the transition seconds the cluster really pays (PEARL Table 3 by default).
+            policy: gates, hysteresis and horizons (docs/policies.md).
+            planning_costs: the transition seconds the planner believes; ``costs`` when not given.
+            policy_state: what the policies start from on the first plan (e.g. a fitted preemption hazard).
+        """
         self.name = name
         self.model = model
         self.backend = backend
@@ -162,6 +182,14 @@ class PlannerDecider:
         self.last_error: str = ""
 
     def decide(self, event: Event, state: ClusterState) -> Plan | None:
+        """Plan from ``state``, starting from the previous plan; ``None`` when no plan is feasible.
+
+        The reason an infeasible state was kept, or what was relaxed to plan it, is left in ``last_error``.
+
+        Raises:
+            SolverUnavailableError: ``backend`` names a solver whose package is not installed.
+            ValueError: ``backend`` is unknown.
+        """
         try:
             result, relaxed = plan_resident(
                 state,
@@ -182,9 +210,22 @@ class PlannerDecider:
 
 
 def plan_resident(state: ClusterState, model: MakespanModel, **options: Any) -> tuple[Plan, str]:
-    """:func:`plan`, except that when only the KV requirement binds — more trajectories than the KV cache of
-    every GPU holds — it plans for the most trajectories that can be resident (found by bisection; the
-    engines queue the rest). Returns the plan and a note saying what was relaxed ("" when nothing was)."""
+    """Call :func:`plan`, relaxing the number of resident trajectories when only the KV requirement binds.
+
+    When more trajectories are unfinished than the KV cache of every GPU holds, it plans for the most trajectories
+    that can be resident (found by bisection to within ~1.5%; the engines queue the rest).
+
+    Args:
+        state: the observed cluster.
+        model: the makespan model.
+        **options: passed to :func:`plan` unchanged.
+
+    Returns:
+        The plan and a note saying what was relaxed (``""`` when nothing was).
+
+    Raises:
+        InfeasiblePlanError: a constraint other than KV capacity binds, or not even one trajectory fits.
+    """
     try:
         return plan(state, model, **options), ""
     except InfeasiblePlanError as exc:
@@ -257,6 +298,14 @@ class LoopMetrics:
     """
 
     def __init__(self, registry: Any | None = None) -> None:
+        """Create the gauges and counters.
+
+        Args:
+            registry: a ``prometheus_client.CollectorRegistry`` to register in; a new one when ``None``.
+
+        Raises:
+            MissingExtraError: ``prometheus_client`` is not installed (the ``client`` extra).
+        """
         try:
             from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics
         except ImportError as exc:  # pragma: no cover - the client extra installs it
@@ -279,6 +328,7 @@ class LoopMetrics:
         )
 
     def record(self, record: Record, target: Target | None) -> None:
+        """Count one loop turn and, when it produced a target, set the mode, worker and prediction gauges."""
         self.decisions.labels(event=record.event.kind.value).inc()
         self.decision_kinds.labels(kind=record.decision or "none").inc()
         if target is not None:
@@ -316,6 +366,11 @@ class ControlLoop:
     records: list[Record] = field(default_factory=list)
 
     def handle(self, event: Event) -> Record:
+        """Run one turn for ``event``: observe the cluster, decide, apply any target, then record and export it.
+
+        Returns:
+            The turn's :class:`Record` (also appended to ``records`` and passed to ``on_record``).
+        """
         state = self.cluster.observe()
         target = self.decider.decide(event, state)
         report = ApplyReport()

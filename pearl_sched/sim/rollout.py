@@ -76,6 +76,7 @@ class TrajectorySpec:
 
     @property
     def generated_tokens(self) -> int:
+        """Tokens the trajectory decodes over all its turns (the rollout's useful output)."""
         return sum(t.generated_tokens for t in self.turns)
 
 
@@ -115,6 +116,12 @@ class Pool:
     attention_dp: int = 1
 
     def __post_init__(self) -> None:
+        """Reject an inconsistent pool.
+
+        Raises:
+            ValueError: worker counts that do not fit the mode, an unknown router, or a non-positive chunk size,
+                attention-DP degree, conservativeness or KV capacity, or a negative step overhead.
+        """
         if self.mode is Mode.COLOCATED and (self.colocated_workers < 1 or self.prefill_workers or self.decode_workers):
             raise ValueError("a colocated pool has ≥1 colocated worker and no prefill or decode workers")
         if self.mode is Mode.DISAGGREGATED and (
@@ -151,6 +158,7 @@ class BatchResult:
 
     @property
     def throughput_tokens_per_s(self) -> float:
+        """Generated tokens per second of makespan; ``0.0`` for an empty (zero-length) batch."""
         return self.generated_tokens / self.makespan_s if self.makespan_s > 0 else 0.0
 
     @property
@@ -314,6 +322,16 @@ class RolloutSimulation:
     """Simulate one batch of trajectories on a pool; :meth:`run` returns a :class:`BatchResult`."""
 
     def __init__(self, pool: Pool, trajectories: Sequence[TrajectorySpec], changes: Sequence[PoolChange] = ()) -> None:
+        """Set up the pool's workers, its routers and the scheduled pool changes; :meth:`run` plays the batch.
+
+        Args:
+            pool: the configuration at time 0.
+            trajectories: the batch; each starts its first turn at time 0.
+            changes: workers joining or leaving at given times during the batch (checked when they happen).
+
+        Raises:
+            ValueError: an empty batch.
+        """
         if not trajectories:
             raise ValueError("a batch needs at least one trajectory")
         self.pool = pool
@@ -772,9 +790,11 @@ class RolloutSimulation:
             self._push(self.now + turn.env_after_s, _Kind.ENV_DONE, index)
 
     def _retract(self, worker: int) -> None:
-        """ScheduleBatch.retract_decode: free the fewest-output (then longest-input) requests until the rest
-        can run ``RETRACT_DECODE_STEPS`` more steps; colocated ones are re-prefilled later (their matched prefix
-        stays cached), PD decode ones are offloaded to host memory and resumed first (disaggregation/decode.py).
+        """Free decode requests the way SGLang's ScheduleBatch.retract_decode does.
+
+        Frees the fewest-output (then longest-input) requests until the rest can run ``RETRACT_DECODE_STEPS`` more
+        steps; colocated ones are re-prefilled later (their matched prefix stays cached), PD decode ones are
+        offloaded to host memory and resumed first (disaggregation/decode.py).
         """
         d = self.decoders[worker]
         order = sorted(d.active, key=lambda i: (d.out(i), -self.trajectories[i].context, i), reverse=True)

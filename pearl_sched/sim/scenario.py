@@ -171,6 +171,7 @@ class Scenario(Frozen):
 
     @property
     def trajectories_per_step(self) -> int:
+        """Trajectories one RL step rolls out: ``batch_prompts`` prompts × ``group_size`` samples each."""
         return self.batch_prompts * self.group_size
 
     def expand(self) -> list[Scenario]:

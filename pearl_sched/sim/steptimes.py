@@ -71,12 +71,19 @@ class LinearStepTimes:
     """PEARL's linear forms: prefill ``t_p`` per new token, decode ``A + b·n`` (context-independent)."""
 
     def __init__(self, device: DeviceParams) -> None:
+        """Run on one worker type's fitted PEARL parameters.
+
+        Args:
+            device: ``t_p`` (s per prefill token), ``A`` (s per decode iteration) and ``b`` (s per running sequence).
+        """
         self.device = device
 
     def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """``t_p · new_tokens`` seconds; batch size and cached prefix do not enter PEARL's linear form."""
         return new_tokens * self.device.prefill_s_per_token
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
+        """``A + b · batch`` seconds; the context length does not enter PEARL's linear form."""
         return self.device.decode_iteration_s + self.device.decode_per_seq_s * batch
 
     def mixed_s(
@@ -102,6 +109,12 @@ class ComposedStepTimes:
     """Kernel-composed step times, memoised on a grid of ~6% steps in each argument."""
 
     def __init__(self, model: object) -> None:
+        """Wrap a kernel-composed model.
+
+        Args:
+            model: a :class:`~pearl_sched.profiles.kernels.ComposedStepModel` (anything with its ``prefill_s`` and
+                ``decode_s``) for one model, GPU and TP degree.
+        """
         self.model = model
 
     @staticmethod
@@ -120,12 +133,17 @@ class ComposedStepTimes:
         return float(self.model.decode_s(batch, context))  # type: ignore[attr-defined]
 
     def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """Seconds of a prefill batch, from the kernel tables at the snapped per-sequence length and batch size.
+
+        The time at the snapped batch size is rescaled to ``sequences``; ``0.0`` when there is nothing to prefill.
+        """
         if new_tokens <= 0:
             return 0.0
         batch = int(self._snap(sequences))
         return self._prefill(self._snap(new_tokens / sequences), batch, self._snap(cached_tokens)) * sequences / batch
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
+        """Seconds of one decode iteration of exactly ``batch`` sequences at the snapped mean context."""
         return self._decode(batch, self._snap(max(context_tokens, 1.0)))  # batch exact: the iteration's size
 
     def mixed_s(
@@ -159,6 +177,13 @@ class FittedStepTimes:
     """
 
     def __init__(self, prefill: Any, decode: Any, tp: int) -> None:
+        """Answer from two fitted components at one tensor-parallel degree.
+
+        Args:
+            prefill: a ``prefill`` or ``ttft`` :class:`~pearl_sched.profiles.fit.FittedComponent` (seconds).
+            decode: a ``decode_step`` or ``itl`` :class:`~pearl_sched.profiles.fit.FittedComponent` (seconds).
+            tp: the tensor-parallel degree fed to both components as a feature.
+        """
         self.prefill = prefill
         self.decode = decode
         self.tp = tp
