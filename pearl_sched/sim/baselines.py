@@ -80,8 +80,22 @@ def _lendable(state: ClusterState) -> bool:
 
 
 def assign(state: ClusterState, mode: Mode, config: Config, zones: Iterable[Zone]) -> Assignment:
-    """Roles for ``config`` on available slots of ``zones``: slots keep their role where they can (fewest
-    changes); dedicated slots are used first, then preemptible, then borrowed ones."""
+    """Place ``config`` on the available worker slots of ``zones`` with the fewest role changes.
+
+    A slot that already serves a role the configuration still needs keeps it; the remaining roles go to free
+    slots, dedicated ones first, then preemptible, then borrowed training GPUs (the overlap zone). When fewer
+    slots are usable than ``config`` asks for, the roles are filled in the order prefill, decode, colocated and
+    the rest stay unfilled.
+
+    Args:
+        state: The cluster as the control loop observed it.
+        mode: The serving mode of the target.
+        config: ``(mode, prefill, decode, colocated)`` worker counts.
+        zones: The zones whose slots may be used; slots elsewhere get no role.
+
+    Returns:
+        The target, with every slot of ``state`` named (``None``: no rollout role).
+    """
     allowed = tuple(zones)
     _, prefill, decode, colocated = config
     wanted = {Role.PREFILL: prefill, Role.DECODE: decode, Role.COLOCATED: colocated}
@@ -114,11 +128,22 @@ class FixedColocated:
     """All available slots of the allowed zones, colocated (ROLL, ROLL-Large, RLBoost+)."""
 
     def __init__(self, name: str, zones: tuple[Zone, ...]) -> None:
+        """Colocate on ``zones``.
+
+        Args:
+            name: The policy's name in reports.
+            zones: The zones whose available slots it uses (dedicated only for ROLL).
+        """
         self.name = name
         self.zones = zones
         self.reason = "colocated on every available rollout GPU"
 
     def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """Colocated workers on every available slot of the zones.
+
+        Returns:
+            The target, or ``None`` when nothing is usable or the roles already match it.
+        """
         n = _usable(state, self.zones)
         if n == 0:
             return None
@@ -161,6 +186,12 @@ class RLBoostPlus:
     """
 
     def __init__(self, name: str = "rlboost+", eta: float = RLBOOST_ETA) -> None:
+        """Start with a 0 s seeding window for every remote-worker count.
+
+        Args:
+            name: The policy's name in reports.
+            eta: Step size of the window update (dimensionless: seconds of window per second of wait gap).
+        """
         self.name = name
         self.eta = eta
         self.reason = ""
@@ -215,11 +246,23 @@ class StaticRatio:
     """Disaggregated at a fixed prefill share, on everything available, borrowing whenever allowed."""
 
     def __init__(self, name: str, prefill_share: float) -> None:
+        """Hold ``prefill_share`` of the workers on prefill.
+
+        Args:
+            name: The policy's name in reports.
+            prefill_share: Fraction of the usable workers given the prefill role (0.375 for PEARL's 3P:5D); the
+                count is rounded and kept between 1 and all workers but one.
+        """
         self.name = name
         self.share = prefill_share
         self.reason = f"static prefill share {prefill_share:.3f}"
 
     def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """Disaggregated at the fixed share on every usable worker (colocated when only one is usable).
+
+        Returns:
+            The target, or ``None`` when nothing is usable or the roles already match it.
+        """
         zones = [Zone.DEDICATED, Zone.PREEMPTIBLE]
         if _lendable(state):
             zones.append(Zone.OVERLAP)
@@ -240,6 +283,13 @@ class Oracle:
     """
 
     def __init__(self, setting: Setting, name: str = "oracle-static", only: Mode | None = None) -> None:
+        """Sweep lazily: a worker count's configurations are simulated the first time it is met.
+
+        Args:
+            setting: The scenario whose batch 0 and worker pools the sweep simulates.
+            name: The policy's name in reports.
+            only: Restrict the sweep to one mode (the ``best-colocated`` / ``best-disaggregated`` ablations).
+        """
         self.name = name
         self.only = only
         self.setting = setting
@@ -248,6 +298,12 @@ class Oracle:
         self.sweeps = 0
 
     def configurations(self, n: int, mode: Mode | None) -> list[Config]:
+        """Every configuration of ``n`` workers: all colocated, and each P:D split with at least one of each.
+
+        Args:
+            n: Worker count.
+            mode: Only this mode's configurations; ``None``: both modes.
+        """
         out: list[Config] = []
         if mode in (None, Mode.COLOCATED):
             out.append((Mode.COLOCATED, 0, 0, n))
@@ -256,6 +312,14 @@ class Oracle:
         return out
 
     def best_for(self, n: int, mode: Mode | None) -> Config:
+        """The configuration of ``n`` workers with the shortest batch-0 makespan on a fresh pool, memoised.
+
+        Ties go to the fewer prefill workers. Each simulated configuration counts in :attr:`sweeps`.
+
+        Args:
+            n: Worker count.
+            mode: Only this mode's configurations; ``None``: both modes.
+        """
         key = (n, mode)
         if key not in self.best:
             from pearl_sched.sim.rollout import simulate_batch
@@ -270,6 +334,15 @@ class Oracle:
         return self.best[key]
 
     def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """The best configuration for the usable worker count, borrowing whenever the trainer is idle.
+
+        Inside a batch the mode in force is kept (a mode change waits for the step boundary); a single usable
+        worker can only be colocated.
+
+        Returns:
+            The target, or ``None`` when nothing is usable, the mode cannot hold the count, or the roles already
+            match it.
+        """
         zones = [Zone.DEDICATED, Zone.PREEMPTIBLE]
         if _lendable(state):
             zones.append(Zone.OVERLAP)
@@ -317,6 +390,12 @@ class HindsightOracle:
     """
 
     def __init__(self, name: str = "oracle-hindsight", shares: Sequence[float] = HINDSIGHT_PREFILL_SHARES) -> None:
+        """Set up an unbound oracle; :meth:`bind` gives it the cluster before its segment runs.
+
+        Args:
+            name: The policy's name in reports.
+            shares: The prefill shares of the disaggregated candidates.
+        """
         self.name = name
         self.shares = tuple(shares)
         self.reason = ""

@@ -9,7 +9,8 @@ end with the training step it schedules, and the segment's end:
 * **Rollout step k** simulates the step's batch (:mod:`~pearl_sched.sim.rollout`) on the workers the policy
   chose; a worker that changes joins the running batch when its transition ends: a new worker after
   preparation + finalisation, a borrowed training GPU after activation, a prefill↔decode flip after the role
-  switch, a mode change (colocated↔disaggregated) after a restart (PEARL Table 3, DESIGN.md §8).
+  switch, a mode change (colocated↔disaggregated) after a restart (PEARL Table 3; docs/policies.md,
+  "Reconfiguration costs (PEARL Table 3)").
 * **The trainer** (staleness 1) trains step k once rollout k has ended and step k − 1's training is done;
   rollout k + 1 starts once rollout k has ended and training k − 1 is done. While the trainer is idle, its
   GPUs (the overlap zone) may be lent to rollout; they all go back when the batch ends, and training starts
@@ -73,6 +74,11 @@ class ObservedStepTimes:
     """
 
     def __init__(self, world: StepTimes) -> None:
+        """Record the step times ``world`` produces, starting with no samples.
+
+        Args:
+            world: The step times the simulated workers actually run at.
+        """
         self.world = world
         self.reset()
 
@@ -154,6 +160,7 @@ class StepRecord:
 
     @property
     def throughput_tok_s(self) -> float:
+        """PEARL §6 step throughput in tokens/s: (generated + training tokens) / step time; 0 for a 0 s step."""
         return (self.generated_tokens + self.training_tokens) / self.step_time_s if self.step_time_s > 0 else 0.0
 
 
@@ -175,6 +182,7 @@ class SegmentResult:
 
     @property
     def throughput_tok_s(self) -> float:
+        """The segment's step throughput in tokens/s: Σ (generated + training tokens) / Σ step time; 0 if no step."""
         time = sum(s.step_time_s for s in self.steps)
         tokens = sum(s.generated_tokens + s.training_tokens for s in self.steps)
         return tokens / time if time > 0 else 0.0
@@ -193,6 +201,19 @@ class SimCluster:
         preemptible_gpus: int | None = None,
         allow_borrow: bool = True,
     ) -> None:
+        """Build the worker slots (one per TP group) of the three zones, no batch running, at time 0.
+
+        Dedicated and training (overlap) slots start available, preemptible ones unavailable until the trace
+        brings them; no slot has a rollout role yet.
+
+        Args:
+            setting: The scenario made concrete (step times, pools, batches, trainer).
+            costs: Reconfiguration delays charged when a slot changes role (PEARL Table 3).
+            policy: The planners' policy settings; defaults to :class:`~pearl_sched.config.PolicyConfig`'s.
+            dedicated_gpus: Dedicated rollout GPUs; defaults to the scenario's ``dedicated_rollout_gpus``.
+            preemptible_gpus: Most preemptible GPUs at once; defaults to the scenario's ``max_preemptible_gpus``.
+            allow_borrow: Whether idle training GPUs may be lent to rollout.
+        """
         s = setting.scenario
         self.setting = setting
         self.costs = costs
@@ -233,6 +254,13 @@ class SimCluster:
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
+        """The cluster now: every GPU and worker slot, the planners' workload estimate and the GPU budget.
+
+        Training GPUs report ``reclaim_in_s`` 0 while the trainer is busy, otherwise the seconds until the trainer
+        needs them back (the running batch's end, estimated from the previous batch's makespan); they count in the
+        budget only while the trainer is idle and borrowing is allowed. A slot without a
+        rollout role shows as a training worker (overlap zone) or an inactive one.
+        """
         gpus: list[GPU] = []
         workers: list[Worker] = []
         trainer_busy = self._trainer_busy()
@@ -270,6 +298,17 @@ class SimCluster:
         )
 
     def apply(self, target: Target) -> ApplyReport:
+        """Move the slots to ``target``'s roles, charging each change its delay.
+
+        A slot named with a new role starts it after the delay of the change (none for the very first
+        placement); inside a running batch it joins the batch when that delay ends. Changes that cannot happen
+        are skipped: a role on an unavailable slot, a borrowed training GPU while the trainer is busy or
+        borrowing is off. A training GPU released from rollout is the trainer's again after deactivation.
+
+        Returns:
+            The slots changed and the seconds of delay charged, or, when ``target`` changes the mode during a
+            batch, a deferral (the switch waits for the step boundary) with nothing changed.
+        """
         roles = target.roles()
         if self.batch is not None and target.mode is not self.batch_mode:
             return ApplyReport(deferred=f"a switch to {target.mode.value} waits for the step boundary")
@@ -302,6 +341,10 @@ class SimCluster:
         return ApplyReport(changed=tuple(changed), seconds_lost=lost)
 
     def telemetry(self) -> Mapping[str, float]:
+        """The last finished batch: ``makespan_s``, ``bubble_ratio``, ``generated_tokens``, ``finished``.
+
+        Empty before the first batch ends.
+        """
         result = self.last_result
         if result is None:
             return {}
@@ -533,8 +576,12 @@ class SimCluster:
         return sum(1 for s in self.slots if s.role is role and role is not None)
 
     def finish_batch(self) -> tuple[BatchResult, float, int]:
-        """End the batch: every borrowed GPU goes back; returns the result, when the trainer has all its GPUs
-        back, and how many were borrowed at the end."""
+        """End the running batch: every borrowed training GPU goes back and the batch's telemetry is reported.
+
+        Returns:
+            The batch's result; the time in seconds at which the trainer has all its GPUs back (the batch's end
+            plus deactivation when any were borrowed); how many training GPU slots were borrowed at the end.
+        """
         assert self.batch is not None
         result = self.batch.result()
         end = self.now
@@ -578,8 +625,13 @@ class ClusterBound(Protocol):
     """A decider that reads the simulated cluster itself (the hindsight oracle), bound before its segment runs."""
 
     def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
-        """Give the decider the cluster, the segment's availability changes ``(time_s, rollout GPUs)`` and the
-        dedicated GPUs (the trace counts include them)."""
+        """Give the decider the cluster it will decide for.
+
+        Args:
+            cluster: The simulated cluster, read (or copied) at each decision.
+            changes: The segment's availability changes, ``(time_s, rollout GPUs)``, dedicated GPUs included.
+            dedicated_gpus: The dedicated rollout GPUs counted in ``changes``.
+        """
 
 
 # -- the clock --------------------------------------------------------------------------------------------

@@ -51,6 +51,10 @@ class PolicyRun:
 
     @property
     def throughput_tok_s(self) -> float:
+        """End-to-end step throughput in tokens/s: Σ (generated + training tokens) / Σ step time over all segments.
+
+        0 when no step finished.
+        """
         time = sum(s.step_time_s for seg in self.segments for s in seg.steps)
         tokens = sum(s.generated_tokens + s.training_tokens for seg in self.segments for s in seg.steps)
         return tokens / time if time > 0 else 0.0
@@ -65,6 +69,19 @@ class Report:
     wall_s: float = 0.0
 
     def ratio(self, policy: str, baseline: str, segment: str | None = None) -> float | None:
+        """``policy``'s step throughput over ``baseline``'s, end to end or on one segment.
+
+        Args:
+            policy: The policy compared.
+            baseline: The policy it is compared to.
+            segment: A segment's name; ``None``: end to end.
+
+        Returns:
+            The ratio, or ``None`` when either policy did not run or the baseline's throughput is 0.
+
+        Raises:
+            StopIteration: ``segment`` is not one of the segments both policies ran.
+        """
         if policy not in self.runs or baseline not in self.runs:
             return None
         a, b = self.runs[policy], self.runs[baseline]
@@ -98,6 +115,10 @@ class Report:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data: the scenario, the wall time, :meth:`rows`, and every segment's run.
+
+        Each run keeps its steps (with their throughput) and its role timeline.
+        """
         return {
             "scenario": self.scenario.model_dump(mode="json"),
             "wall_s": self.wall_s,
@@ -117,6 +138,11 @@ class Report:
         }
 
     def write(self, path: Path) -> None:
+        """Write :meth:`to_json` to ``path`` (parent folders created).
+
+        Raises:
+            OSError: ``path`` or its folder cannot be written.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
@@ -131,8 +157,15 @@ _HAZARDS: dict[str, float] = {}
 
 
 def fitted_hazard_per_s(scenario: Scenario, data: Path) -> float:
-    """Preemptions per GPU-second over the scenario's whole availability trace (per node of it, before any
-    segment's scaling): the history an operator has before a run, the prior of the expansion gate."""
+    """Preemptions per GPU-second over the scenario's whole availability trace, memoised per trace file.
+
+    Counted per node of the trace, before any segment's scaling: the history an operator has before a run, used
+    as the prior of the expansion gate.
+
+    Args:
+        scenario: The scenario whose ``availability_trace`` is read.
+        data: The shared data folder the trace path is relative to.
+    """
     path = data / scenario.availability_trace
     if str(path) not in _HAZARDS:
         _HAZARDS[str(path)] = AvailabilityTrace.from_bamboo(path).preemption_hazard_per_s()

@@ -77,6 +77,24 @@ class Setting:
 
     @classmethod
     def load(cls, scenario: Scenario, data: Path) -> Setting:
+        """Build the setting from the scenario and the shared data folder.
+
+        Reads the GPU's aiconfigurator system file (``aiconfigurator-sglang/<gpu>.yaml``: memory, BF16 peak,
+        inter-node bandwidth), the model's shipped config, the step-time source and the trajectory data the
+        scenario names.
+
+        Args:
+            scenario: The validated scenario.
+            data: The shared data folder (``../shared/data`` from the repo root).
+
+        Raises:
+            ScenarioError: The system file cannot be read or lacks ``mem_capacity``, ``bfloat16_tc_flops`` or
+                ``inter_node_bw``.
+            ProfileFormatError: The GPU's kernel tables are missing or malformed (kernel step times).
+            MissingExtraError: ``step_times: aiconfigurator-core`` without the ``aic`` extra installed.
+            AicCoverageError: aiconfigurator-core does not cover the scenario's model, GPU or backend.
+            WorkloadDataError: The trajectory data is missing, malformed or has no such source.
+        """
         system_dir = data / "aiconfigurator-sglang"
         system = read_system(system_dir / f"{scenario.gpu}.yaml")
         for key in ("mem_capacity", "bfloat16_tc_flops", "inter_node_bw"):
@@ -144,6 +162,15 @@ class Setting:
         return batch_stats(list(self.batch(0)))
 
     def workload(self, unfinished: int | None = None, bubble_ratio: float = 0.0) -> Workload:
+        """The planners' prior workload: the batch statistics of :attr:`stats` and the scenario's environment time.
+
+        Turns per trajectory are the p90; per-turn tokens, the prompt and the mean context are means; the max
+        context is the batch's largest.
+
+        Args:
+            unfinished: Trajectories still running; ``None``: the whole batch.
+            bubble_ratio: The observed bubble ratio of the last batch (0 before any).
+        """
         st = self.stats
         s = self.scenario
         return Workload(
@@ -216,6 +243,16 @@ class Setting:
 
     # -- pools and the trainer ------------------------------------------------------------------------------
     def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> Pool:
+        """A fresh worker pool of this setting's SGLang workers for :func:`~pearl_sched.sim.rollout.simulate_batch`.
+
+        Each worker gets the setting's step times, KV pool, chunked-prefill size, router and P→D link.
+
+        Args:
+            mode: Colocated or disaggregated.
+            prefill: Prefill workers (disaggregated).
+            decode: Decode workers (disaggregated).
+            colocated: Colocated workers.
+        """
         return Pool(
             mode,
             self.steps,
