@@ -26,6 +26,7 @@ if os.path.exists(_SMG):
 REQUIRE_DATA_ENV = "PEARL_SCHED_REQUIRE_DATA"
 DATA_FOLDERS = (
     "agentic",
+    "agentic-swe",
     "aiconfigurator-sglang",
     "bamboo",
     "dynamo-h200-llama31-8b",

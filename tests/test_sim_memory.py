@@ -263,7 +263,7 @@ def test_tight_colocated_pool_retracts_and_reprefills() -> None:
     assert max(sim.peak_kv_tokens()) <= 12000 + 1e-6
 
 
-@pytest.mark.skipif(not (DATA / "aiconfigurator-sglang").exists(), reason="needs ../shared/data")
+@pytest.mark.needs_data
 def test_colocated_workers_hit_their_kv_limit_on_the_e2e_batch_at_4_gpus() -> None:
     from pearl_sched.sim.experiment import setting_for
     from pearl_sched.sim.scenario import load_scenario
@@ -276,7 +276,7 @@ def test_colocated_workers_hit_their_kv_limit_on_the_e2e_batch_at_4_gpus() -> No
     assert sim.pool.kv_capacity_tokens == setting.kv_pool_tokens
 
 
-@pytest.mark.skipif(not (DATA / "dynamo-h200-llama31-8b").exists(), reason="needs ../shared/data")
+@pytest.mark.needs_data
 def test_step_overhead_is_the_median_gap_between_measured_itl_and_the_kernel_sum() -> None:
     import csv
 

@@ -32,7 +32,7 @@ def test_linear_mixed_is_prefill_plus_decode() -> None:
     assert steps.source.startswith("pearl-linear")
 
 
-@pytest.mark.skipif(not DYNAMO.is_dir(), reason="../shared/data/dynamo-h200-llama31-8b is not present")
+@pytest.mark.needs_data
 def test_fitted_profile_step_times_follow_their_components() -> None:
     data = read_dynamo(DYNAMO, gpu_type="h200", model="llama-3.1-8b", tp=1)
     prefill = fit_component(data, "ttft", kind="monotone")
