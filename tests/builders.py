@@ -21,10 +21,25 @@ from pearl_sched import (
 )
 from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.shared_data import default_data
+from pearl_sched.sim import LinearStepTimes, TrajectorySpec, Turn
 from pearl_sched.sim.scenario import Scenario, load_scenario
 
 DATA = default_data()
 """The third-party data the data tests read (``$PEARL_SCHED_DATA``, else ``../shared/data``)."""
+
+# One worker with PEARL's linear step times: 1 ms a prefill token, 10 ms a decode iteration (batch-independent),
+# so the rollout tests can be checked by hand; and a two-turn trajectory for them.
+FLAT = LinearStepTimes(
+    DeviceParams(
+        gpu_type="x",
+        tp=1,
+        prefill_s_per_token=0.001,
+        decode_iteration_s=0.01,
+        decode_per_seq_s=1e-12,
+        kv_capacity_bytes=1.0,
+    )
+)
+TWO_TURNS = TrajectorySpec((Turn(100, 10, 5.0), Turn(50, 20, 0.0)))
 
 # The reference problem (Llama-3.1-8B on H200 and a derived H100, a tau-bench-like batch): pearl_sched.reference.
 MODEL = PearlMakespanModel(PARAMS)

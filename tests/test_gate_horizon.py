@@ -9,7 +9,6 @@ preparation and residence it must decide exactly as PEARL's one-batch rule does.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,9 +29,7 @@ from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.experiment import fitted_hazard_per_s
 from pearl_sched.sim.scenario import load_scenario
 from pearl_sched.state import Role, Zone
-from tests.builders import MODEL, Slot, state, workload
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from tests.builders import DATA, MODEL, Slot, state, workload
 
 COSTS = TransitionCosts()  # PEARL Table 3, Qwen3-8B: preparation 56.29 s, finalisation 11.05 s
 RESIDENCE = PolicyConfig()

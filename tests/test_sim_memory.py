@@ -8,29 +8,15 @@ second prefill).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pearl_sched import DeviceParams, Mode
+from pearl_sched import Mode
 from pearl_sched.sim import LinearStepTimes, Pool, TrajectorySpec, Turn, simulate_batch
 from pearl_sched.sim.memory import WorkerMemory, default_mem_fraction_static, kv_pool_tokens
 from pearl_sched.sim.rollout import RolloutSimulation
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-FLAT = LinearStepTimes(
-    DeviceParams(
-        gpu_type="x",
-        tp=1,
-        prefill_s_per_token=0.001,
-        decode_iteration_s=0.01,
-        decode_per_seq_s=1e-12,
-        kv_capacity_bytes=1.0,
-    )
-)
-TWO_TURNS = TrajectorySpec((Turn(100, 10, 5.0), Turn(50, 20, 0.0)))
+from tests.builders import DATA, FLAT, TWO_TURNS
 
 
 def test_radix_cache_evicts_least_recently_used_tails_and_never_locked_prefixes() -> None:

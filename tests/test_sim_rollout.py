@@ -13,18 +13,7 @@ from hypothesis import strategies as st
 
 from pearl_sched import DeviceParams, Mode
 from pearl_sched.sim import LinearStepTimes, Pool, TrajectorySpec, Turn, sample_trajectories, simulate_batch
-
-FLAT = LinearStepTimes(
-    DeviceParams(
-        gpu_type="x",
-        tp=1,
-        prefill_s_per_token=0.001,
-        decode_iteration_s=0.01,
-        decode_per_seq_s=1e-12,
-        kv_capacity_bytes=1.0,
-    )
-)
-TWO_TURNS = TrajectorySpec((Turn(100, 10, 5.0), Turn(50, 20, 0.0)))
+from tests.builders import FLAT, TWO_TURNS
 
 
 def test_colocated_single_trajectory_by_hand() -> None:

@@ -11,8 +11,8 @@ import pytest
 from pearl_sched.sim.scenario import ScenarioError, load_scenario
 from pearl_sched.sim.swe_workload import REQUIRED_COLUMNS, CodingAgentTurns
 from pearl_sched.sim.workload import WorkloadDataError
+from tests.builders import DATA
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SWE = DATA / "agentic-swe"
 needs_data = pytest.mark.needs_data  # skips without the data; fails under PEARL_SCHED_REQUIRE_DATA=1
 
