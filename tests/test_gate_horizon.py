@@ -230,6 +230,7 @@ def test_hazard_is_departures_over_exposure() -> None:
     assert AvailabilityTrace(np.zeros(1), np.array([3.0]), 100.0).preemption_hazard_per_s() == 0.0
 
 
+@pytest.mark.needs_data
 def test_the_simulated_pearl_sched_starts_from_bamboos_hazard() -> None:
     scenario = load_scenario("e2e")
     assert fitted_hazard_per_s(scenario, DATA) == pytest.approx(BAMBOO.preemption_hazard_per_s)
