@@ -70,9 +70,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class TrajectorySpec:
-    """A trajectory's turns, fixed in advance so policies are compared on identical work."""
+    """A trajectory's turns, fixed in advance so policies are compared on identical work.
+
+    ``group`` is the GRPO group the trajectory samples (``-1``: none): a group's members share their first
+    prompt, which a worker's radix cache holds once for all of them.
+    """
 
     turns: tuple[Turn, ...]
+    group: int = -1
 
     @property
     def generated_tokens(self) -> int:
@@ -338,14 +343,15 @@ class RolloutSimulation:
         self.colocated = pool.mode is Mode.COLOCATED
         self.now = 0.0
         self.trajectories = [_Trajectory(spec, i) for i, spec in enumerate(trajectories)]
+        self.groups = _shared_prompts(trajectories)
         self.prefillers: list[_Prefiller] = []
         self.decoders: list[_Decoder] = []
         self._add_workers(
             pool.colocated_workers if self.colocated else pool.prefill_workers,
             pool.colocated_workers if self.colocated else pool.decode_workers,
         )
-        self.prefill_router = Router(pool.router)
-        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load")
+        self.prefill_router = Router(pool.router, groups=self.groups)
+        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load", groups=self.groups)
         self.events: list[tuple[float, int, _Kind, int, int]] = []
         self._seq = itertools.count()
         self.finish_times: list[float] = []
@@ -365,13 +371,13 @@ class RolloutSimulation:
     def _add_workers(self, prefill: int, decode: int) -> None:
         pool = self.pool
         for _ in range(prefill):
-            memory = WorkerMemory(pool.kv_capacity_tokens)
+            memory = WorkerMemory(pool.kv_capacity_tokens, groups=self.groups)
             self.prefillers.append(_Prefiller(memory))
         for i in range(decode):
             memory = (
                 self.prefillers[len(self.prefillers) - decode + i].memory
                 if self.colocated
-                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache)
+                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache, groups=self.groups)
             )
             ratio = min(INIT_NEW_TOKEN_RATIO * pool.schedule_conservativeness, 1.0)
             self.decoders.append(
@@ -528,7 +534,7 @@ class RolloutSimulation:
                 match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
                 extend = job.prompt_tokens - match
                 reserve = float(min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0)
-                reserve += min(mem.lru.get(job.index, 0.0), match)  # locking the prefix takes it out of evictable
+                reserve += mem.evictable_in(job.index, match)  # locking the prefix takes it out of evictable
                 if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN (re-checked after the lock), the queue waits
                     if not batch and not self._holds_work(worker):
                         raise ValueError(
@@ -621,6 +627,7 @@ class RolloutSimulation:
                 p.in_flight -= 1
             extend = job.prompt_tokens - job.cached
             p.memory.private_tokens -= extend
+            extend -= p.memory.share_prompt(job.index, job.prompt_tokens)  # a group's prompt enters the cache
             if d is not None:
                 self._place(job.index, worker, extend)
             else:
@@ -816,8 +823,7 @@ class RolloutSimulation:
             self.generated += out
             t.remaining = c.tokens - out
             self.retractions += 1
-            locked = d.memory.locked.get(index, 0.0)
-            d.memory.release(index, locked, 0.0)  # the matched prefix stays in the tree; the rest is freed
+            d.memory.release(index, d.memory.matched(index), 0.0)  # the matched prefix stays in the tree
             if self.colocated:
                 p = self.prefillers[worker]
                 p.queue.append(_Job(index, t.context))
@@ -913,6 +919,27 @@ class RolloutSimulation:
         p.alive = False
         p.version += 1
         return fresh
+
+
+def _shared_prompts(trajectories: Sequence[TrajectorySpec]) -> dict[int, tuple[int, float]]:
+    """Trajectory → (group key, shared prompt tokens) for the members of groups of two or more.
+
+    Raises:
+        ValueError: a group whose members' first prompts differ.
+    """
+    members: dict[int, list[int]] = {}
+    for i, spec in enumerate(trajectories):
+        if spec.group >= 0:
+            members.setdefault(spec.group, []).append(i)
+    out: dict[int, tuple[int, float]] = {}
+    for group, indices in members.items():
+        prompts = {trajectories[i].turns[0].appended_tokens for i in indices}
+        if len(prompts) > 1:
+            raise ValueError(f"group {group}'s trajectories start with different prompts ({sorted(prompts)} tokens)")
+        if len(indices) > 1:
+            shared = float(trajectories[indices[0]].turns[0].appended_tokens)
+            out.update((i, (-(group + 1), shared)) for i in indices)
+    return out
 
 
 def simulate_batch(
