@@ -201,7 +201,7 @@ class PoolChange:
     remove_colocated: tuple[int, ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Trajectory:
     spec: TrajectorySpec
     index: int
@@ -214,7 +214,7 @@ class _Trajectory:
     decode_cached: float = 0.0  # PD: tokens of the prompt the decode worker's radix cache held
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     """A prefill request: the whole prompt must be in the worker's KV; ``cached`` of it was a cache hit."""
 
@@ -229,7 +229,7 @@ class _Job:
         return max(0, self.prompt_tokens - int(self.cached) - self.done)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Charge:
     tokens: int  # to generate this turn (what is left of it)
     start: float  # the decoder's clock when the sequence joined
@@ -238,7 +238,7 @@ class _Charge:
     max_new: int  # the request's max_new_tokens
 
 
-@dataclass
+@dataclass(slots=True)
 class _Decoder:
     """A worker's decode side with its virtual iteration clock and its KV pool."""
 
@@ -310,7 +310,7 @@ class _Decoder:
         return c
 
 
-@dataclass
+@dataclass(slots=True)
 class _Prefiller:
     memory: WorkerMemory
     queue: deque[_Job] = field(default_factory=deque)
@@ -412,19 +412,26 @@ class RolloutSimulation:
             self._started = True
             for t in self.trajectories:
                 self._enqueue_prefill(t.index)
-        while self.events and self.events[0][0] <= t_s:
-            at, _, kind, who, version = heapq.heappop(self.events)
+        events, pop = self.events, heapq.heappop
+        prefill_done, transfer_done, decode_done, pool_change = (
+            _Kind.PREFILL_DONE,
+            _Kind.TRANSFER_DONE,
+            _Kind.DECODE_DONE,
+            _Kind.POOL_CHANGE,
+        )
+        while events and events[0][0] <= t_s:
+            at, _, kind, who, version = pop(events)
             self.now = at
             self.handled += 1
-            if kind is _Kind.PREFILL_DONE:
-                if version == self.prefillers[who].version:
-                    self._prefill_done(who)
-            elif kind is _Kind.TRANSFER_DONE:
-                self._transfer_done(who)
-            elif kind is _Kind.DECODE_DONE:
+            if kind is decode_done:
                 if version == self.decoders[who].version:
                     self._decode_event(who)
-            elif kind is _Kind.POOL_CHANGE:
+            elif kind is prefill_done:
+                if version == self.prefillers[who].version:
+                    self._prefill_done(who)
+            elif kind is transfer_done:
+                self._transfer_done(who)
+            elif kind is pool_change:
                 self._change(self.changes[who])
             else:
                 self._enqueue_prefill(who)
