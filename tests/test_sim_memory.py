@@ -361,3 +361,16 @@ def test_a_group_must_share_its_first_prompt() -> None:
     odd = [TrajectorySpec((Turn(100, 10, 0.0),), group=3), TrajectorySpec((Turn(90, 10, 0.0),), group=3)]
     with pytest.raises(ValueError, match="group 3"):
         simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=1), odd)
+
+
+def test_pd_decode_preallocates_before_the_prefill_runs() -> None:
+    # 1P1D, pools of 1,000 tokens. The decode worker preallocates a 100-token prompt plus 512 reserved decode
+    # tokens before the prefill may start (DecodePreallocQueue). The second request needs 612 more, but only
+    # 1,000 − 100 − 512 is left while the first is preallocated or running, so its prefill waits for the first to
+    # finish: prefill 0–0.1, transfer 0.1–0.2, decode 0.2–0.3; then the same again, 0.3–0.6.
+    one = TrajectorySpec((Turn(100, 10, 0.0),))
+    tight = simulate_batch(_pd(kv_capacity_tokens=1000), [one, one])
+    assert tight.finish_times_s == pytest.approx((0.3, 0.6))
+    # With room for both, the second prefill runs at once and only the link (FCFS) and the batch order it.
+    roomy = simulate_batch(_pd(), [one, one])
+    assert roomy.finish_times_s == pytest.approx((0.3, 0.4))

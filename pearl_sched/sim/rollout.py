@@ -262,7 +262,9 @@ class _Decoder:
     unclipped: set[int] = field(default_factory=set)  # sequences whose admission reserve is not always the clip
     waiting: deque[tuple[int, float]] = field(default_factory=deque)  # PD: (trajectory, private KV) sent here
     retracted: deque[int] = field(default_factory=deque)  # PD: offloaded to host, resumed first
-    incoming: int = 0  # PD: transfers on their way here
+    incoming: int = 0  # PD: transfers on their way here without a preallocation (the target worker left)
+    prealloc: deque[tuple[_Job, int]] = field(default_factory=deque)  # PD: (request, its prefill worker) to place
+    reserved: dict[int, float] = field(default_factory=dict)  # PD: KV preallocated for requests not yet arrived
     ratio0: float = INIT_NEW_TOKEN_RATIO
     ratio_clock: float = 0.0
     init_ratio: float = INIT_NEW_TOKEN_RATIO
@@ -502,8 +504,16 @@ class RolloutSimulation:
             return
         worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive])
         p = self.prefillers[worker]
-        p.queue.append(job)
         p.in_flight += 1
+        decoders = [w for w, d in enumerate(self.decoders) if d.alive] if not self.colocated else []
+        if decoders:  # PD: the gateway picks the decode worker too, which preallocates KV before the prefill runs
+            target = self.decode_router.route(
+                job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in decoders]
+            )
+            self.decoders[target].prealloc.append((job, worker))
+            self._admit(target)
+            return
+        p.queue.append(job)
         self._start_prefill(worker)
 
     def _max_new(self, prompt_tokens: int) -> int:
@@ -649,7 +659,7 @@ class RolloutSimulation:
     # -- PD transfer ----------------------------------------------------------------------------------------
     def _decode_load(self, w: int) -> int:
         d = self.decoders[w]
-        return len(d.active) + len(d.waiting) + len(d.retracted) + d.incoming
+        return len(d.active) + len(d.waiting) + len(d.retracted) + d.incoming + len(d.prealloc) + len(d.reserved)
 
     def _send(self, job: _Job, worker: int, extend: float) -> None:
         """Route the prefilled prompt to a decode worker and send the KV it does not hold over the link."""
@@ -657,6 +667,13 @@ class RolloutSimulation:
         t = self.trajectories[job.index]
         p.memory.private_tokens += extend  # held (with the locked prefix) until the KV is sent
         t.prefill_worker, t.prefill_private = worker, extend
+        if t.decode_worker >= 0 and job.index in self.decoders[t.decode_worker].reserved:  # its KV has a place
+            size = (job.prompt_tokens - t.decode_cached) * self.pool.kv_bytes_per_token
+            self.transferred_bytes += size
+            start = max(self.now, p.link_free_at)
+            p.link_free_at = start + (size / self.pool.link_bytes_per_s if size else 0.0)
+            self._push(p.link_free_at, _Kind.TRANSFER_DONE, job.index)
+            return
         alive = [w for w, d in enumerate(self.decoders) if d.alive]
         target = (
             self.decode_router.route(job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in alive])
@@ -689,6 +706,11 @@ class RolloutSimulation:
             self._start_prefill(t.prefill_worker)
         private = t.context - t.decode_cached
         target = t.decode_worker
+        if target >= 0 and index in self.decoders[target].reserved:  # the preallocated KV becomes the request's
+            d = self.decoders[target]
+            d.memory.private_tokens -= d.reserved.pop(index)
+            self._place(index, target, private)
+            return
         if target < 0 or not self.decoders[target].alive:
             if target >= 0 and t.decode_cached:
                 private = t.context
@@ -708,7 +730,7 @@ class RolloutSimulation:
     def _admit(self, worker: int) -> None:
         """PD decode side: resume retracted requests, then admit arrived ones while the pool has room."""
         d = self.decoders[worker]
-        if not d.alive or not (d.retracted or d.waiting):
+        if not d.alive or not (d.retracted or d.waiting or d.prealloc):
             return
         d.advance(self.now)
         placed = False
@@ -719,7 +741,7 @@ class RolloutSimulation:
             else:
                 index, private = d.waiting[0]
             need = private + NUM_RESERVED_DECODE_TOKENS
-            room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * len(d.active)
+            room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * (len(d.active) + len(d.reserved))
             if need > room:
                 if not d.active and d.memory.private_tokens <= 0:
                     raise ValueError(
@@ -730,8 +752,66 @@ class RolloutSimulation:
             (d.retracted if resumed else d.waiting).popleft()
             self._place(index, worker, private, reschedule=False)
             placed = True
+        while d.prealloc and not (d.retracted or d.waiting) and self._preallocate(worker):
+            placed = True
         if placed:
             self._reschedule(worker)
+
+    def _preallocate(self, worker: int) -> bool:
+        """PD decode side: reserve KV for the first request of the prealloc queue, then let its prefill run.
+
+        As ``DecodePreallocQueue.pop_preallocated`` does: the request's prompt (less what the decode radix cache
+        holds, matched and locked) must fit in the free tokens less ``--num-reserved-decode-tokens`` for every
+        running or preallocated request; until it fits, the request waits in its prefill worker's bootstrap queue.
+        Returns whether the request was preallocated.
+        """
+        d = self.decoders[worker]
+        job, prefiller = d.prealloc[0]
+        match = 0
+        if self.pool.decode_radix_cache:  # --disaggregation-decode-enable-radix-cache: matched and locked
+            match = min(math.floor(d.memory.cached(job.index) + 1e-9), job.prompt_tokens - 1)
+        private = job.prompt_tokens - match
+        need = private + NUM_RESERVED_DECODE_TOKENS + d.memory.evictable_in(job.index, match)
+        room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * (len(d.active) + len(d.reserved))
+        if need > room:
+            if not d.active and not d.reserved and d.memory.private_tokens <= 0:
+                raise ValueError(
+                    f"trajectory {job.index} needs {need:.0f} KV tokens, more than a decode worker holds"
+                    f" ({d.memory.capacity_tokens:.0f})"
+                )
+            return False
+        d.prealloc.popleft()
+        t = self.trajectories[job.index]
+        cached = d.memory.lock(job.index, match) if match else 0.0
+        private = job.prompt_tokens - cached
+        d.memory.private_tokens += private
+        d.reserved[job.index] = private
+        t.decode_worker, t.decode_cached = worker, cached
+        if not self.prefillers[prefiller].alive:  # its prefill worker left meanwhile: route it again
+            alive = [w for w, p in enumerate(self.prefillers) if p.alive]
+            if not alive:
+                self._unreserve(job.index)
+                self.parked.append(job)
+                return True
+            prefiller = self.prefill_router.route(
+                job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive]
+            )
+            self.prefillers[prefiller].in_flight += 1
+        self.prefillers[prefiller].queue.append(job)
+        self._start_prefill(prefiller)
+        return True
+
+    def _unreserve(self, index: int) -> None:
+        """PD: give back a preallocation whose request will be prefilled again (its prefill worker left)."""
+        t = self.trajectories[index]
+        d = self.decoders[t.decode_worker] if t.decode_worker >= 0 else None
+        if d is None or index not in d.reserved:
+            return
+        d.advance(self.now)
+        d.memory.private_tokens -= d.reserved.pop(index)
+        d.memory.release(index, d.memory.matched(index), 0.0)
+        t.decode_cached = 0.0
+        self._reschedule(t.decode_worker)
 
     @staticmethod
     def _to_generate(t: _Trajectory) -> int:
@@ -902,6 +982,11 @@ class RolloutSimulation:
         waiting = [i for i, _ in d.waiting] + list(d.retracted)
         d.waiting.clear()
         d.retracted.clear()
+        d.reserved.clear()  # requests preallocated here find another decode worker when their KV is sent
+        for job, prefiller in d.prealloc:  # not prefilled yet: routed again from the start
+            self.prefillers[prefiller].in_flight -= 1
+            jobs.append(_Job(job.index, job.prompt_tokens))
+        d.prealloc.clear()
         for index in waiting:  # KV that was here (or offloaded from here) is lost: prefill it again
             jobs.append(_Job(index, self.trajectories[index].context))
         return jobs
@@ -919,6 +1004,7 @@ class RolloutSimulation:
             if id(job) in seen:
                 continue
             seen.add(id(job))
+            self._unreserve(job.index)  # it is preallocated again where it is routed next
             fresh.append(_Job(job.index, job.prompt_tokens))  # its KV here is lost with the worker
         p.queue.clear()
         p.running = None
