@@ -783,9 +783,9 @@ class RolloutSimulation:
         d.prealloc.popleft()
         t = self.trajectories[job.index]
         cached = d.memory.lock(job.index, match) if match else 0.0
-        private = job.prompt_tokens - cached
-        d.memory.private_tokens += private
-        d.reserved[job.index] = private
+        kv = job.prompt_tokens - cached
+        d.memory.private_tokens += kv
+        d.reserved[job.index] = kv
         t.decode_worker, t.decode_cached = worker, cached
         if not self.prefillers[prefiller].alive:  # its prefill worker left meanwhile: route it again
             alive = [w for w, p in enumerate(self.prefillers) if p.alive]
