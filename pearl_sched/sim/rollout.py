@@ -497,12 +497,22 @@ class RolloutSimulation:
             return len(d.active) + len(p.queue) + (len(p.running) if p.running else 0)
         return p.in_flight
 
+    def _loads(self) -> list[tuple[int, int]]:
+        """(worker, routing load) of every live prefill-side worker (:meth:`_load`, in one pass)."""
+        if self.colocated:
+            return [
+                (w, len(d.active) + len(p.queue) + (len(p.running) if p.running else 0))
+                for w, (p, d) in enumerate(zip(self.prefillers, self.decoders, strict=True))
+                if p.alive
+            ]
+        return [(w, p.in_flight) for w, p in enumerate(self.prefillers) if p.alive]
+
     def _queue_job(self, job: _Job) -> None:
-        alive = [w for w, p in enumerate(self.prefillers) if p.alive]
-        if not alive:  # every prefill worker left: wait for one to join
+        loads = self._loads()
+        if not loads:  # every prefill worker left: wait for one to join
             self.parked.append(job)
             return
-        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive])
+        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, loads)
         p = self.prefillers[worker]
         p.in_flight += 1
         decoders = [w for w, d in enumerate(self.decoders) if d.alive] if not self.colocated else []
