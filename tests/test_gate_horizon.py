@@ -127,7 +127,7 @@ def test_a_loan_pays_its_toggle_once() -> None:
     slow = observe_toggle(PolicyState(), 2 * (COSTS.activation_s + COSTS.deactivation_s), RESIDENCE)
     assert toggle_parts_s(slow, COSTS) == pytest.approx((2 * COSTS.activation_s, 2 * COSTS.deactivation_s))
     assert borrow_value_s(costs=COSTS, config=RESIDENCE, idle_window_s=38.87, state=slow, **args) == pytest.approx(
-        rate * 62.67 * (38.87 - 2 * COSTS.activation_s) / 62.67
+        rate * (38.87 - 2 * COSTS.activation_s)
     )
 
 
