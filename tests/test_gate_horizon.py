@@ -106,6 +106,8 @@ def test_borrowing_counts_the_batches_inside_the_idle_window() -> None:
     assert value == pytest.approx(10.0 * serving / 30.0)
     # Without a window (or under PEARL's rule) only the batch in flight counts: (R/B)·gain = 10 s > 9.44 s.
     assert borrow_value_s(costs=COSTS, config=ONE_BATCH, idle_window_s=300.0, **args) == pytest.approx(10.0)
+    pearl = borrow_gate(state=PolicyState(), costs=COSTS, config=ONE_BATCH, idle_window_s=300.0, **args)
+    assert pearl.allow and pearl.reason == "borrow: gain 10.0 s > toggle cost 9.4 s"  # Eq. 7, PEARL-faithful's
 
 
 def test_a_loan_pays_its_toggle_once() -> None:
