@@ -136,35 +136,42 @@ def _pack(
 ) -> list[tuple[tuple[str, ...], Role, int]] | None:
     """Aligned blocks for ``items`` (tp, dp, role), largest first, or None when one does not fit."""
     free = {node: [g not in busy for g in gpus] for node, gpus in nodes.items()}
+    spare = {node: sum(mask) for node, mask in free.items()}
+    order = sorted(nodes)
     out: list[tuple[tuple[str, ...], Role, int]] = []
     for tp, dp, role in sorted(items, key=lambda it: (-it[0], ROLES.index(it[2]), it[1])):
-        found = _fullest_fit(nodes, free, tp, aligned=True) or _fullest_fit(nodes, free, tp, aligned=False)
+        found = _fullest_fit(order, free, spare, tp, aligned=True) or _fullest_fit(
+            order, free, spare, tp, aligned=False
+        )
         if found is None:
             return None
         node, slots = found
         for i in slots:
             free[node][i] = False
+        spare[node] -= tp
         out.append((tuple(nodes[node][i] for i in slots), role, dp))
     return out
 
 
 def _fullest_fit(
-    nodes: Mapping[str, tuple[str, ...]], free: Mapping[str, list[bool]], tp: int, *, aligned: bool
+    order: Sequence[str], free: Mapping[str, list[bool]], spare: Mapping[str, int], tp: int, *, aligned: bool
 ) -> tuple[str, list[int]] | None:
     """The node with the fewest free GPUs that has a block of ``tp`` (aligned to ``tp`` when asked), and it."""
     best: tuple[int, str, list[int]] | None = None
-    for node in sorted(nodes):
-        mask = free[node]
-        spare = sum(mask)
-        if spare < tp or (best is not None and spare >= best[0]):
+    for node in order:
+        room = spare[node]
+        if room < tp or (best is not None and room >= best[0]):
             continue
+        mask = free[node]
         if aligned:
-            starts = [s for s in range(0, len(mask) - tp + 1, tp) if all(mask[s : s + tp])]
-            slots = list(range(starts[0], starts[0] + tp)) if starts else None
+            start = next((s for s in range(0, len(mask) - tp + 1, tp) if all(mask[s : s + tp])), None)
+            slots = list(range(start, start + tp)) if start is not None else None
         else:
             slots = [i for i, f in enumerate(mask) if f][:tp]
         if slots is not None:
-            best = (spare, node, slots)
+            best = (room, node, slots)
+            if room == tp:  # cannot fit tighter
+                break
     return (best[1], best[2]) if best is not None else None
 
 
