@@ -260,3 +260,25 @@ def test_gpu_type_is_per_worker_in_the_sized_classes() -> None:
         if cls.is_new:
             assert cls.pool is not None and cls.pool.split("|")[1] == cls.gpu_type
     assert {c.tp for c in classified.classes if c.is_new} == {1, 2, 4, 8}
+
+
+# -- adapters ---------------------------------------------------------------------------------------------------
+
+
+def test_a_worker_with_attention_dp_launches_with_dp_attention() -> None:
+    from pearl_sched.adapters.launcher import FAKE, ServerSpec, server_argv
+
+    spec = ServerSpec(slot="w-a0-tp4dp4", role="decode", model_path="m", port=30000, gpu_ids=(0, 1, 2, 3), dp=4)
+    argv = server_argv(spec, FAKE)
+    assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--dp-size") + 1] == "4"
+    assert "--enable-dp-attention" in argv
+    plain = server_argv(ServerSpec(slot="w", role="decode", model_path="m", port=30000, gpu_ids=(0, 1)), FAKE)
+    assert "--dp-size" not in plain and "--enable-dp-attention" not in plain
+
+
+def test_a_dp_that_does_not_divide_the_gpus_is_refused() -> None:
+    from pearl_sched.adapters.http import InvalidArgumentError
+    from pearl_sched.adapters.launcher import ServerSpec
+
+    with pytest.raises(InvalidArgumentError, match="dp=3 must divide its 4 GPUs"):
+        ServerSpec(slot="w", role="decode", model_path="m", port=30000, gpu_ids=(0, 1, 2, 3), dp=3)
