@@ -246,6 +246,16 @@ def _plan_once(
     classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
+    if state.worker_sizes is not None:
+        resized = sum(
+            c.size
+            for c in classified.classes
+            if c.current_role is not None
+            and c.current_role not in c.eligible
+            and classified.category[c.key] is not _Category.OUT
+        )
+        if resized:
+            reasons.append(f"resize: {resized} serving worker(s) at a size their role does not allow")
     inputs = _GateInputs(pstate, costs, policy, _idle_window_s(state, classified.slots))
     for gate in _GATES:  # step 3
         problem, best = _gate(gate, classified, problem, best, inputs, solves, reasons)

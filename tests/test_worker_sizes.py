@@ -282,3 +282,17 @@ def test_a_dp_that_does_not_divide_the_gpus_is_refused() -> None:
 
     with pytest.raises(InvalidArgumentError, match="dp=3 must divide its 4 GPUs"):
         ServerSpec(slot="w", role="decode", model_path="m", port=30000, gpu_ids=(0, 1, 2, 3), dp=3)
+
+
+def test_serving_workers_at_a_size_their_role_no_longer_allows_are_resized() -> None:
+    from .test_worker_sizes_properties import COSTS as SIZED_COSTS
+    from .test_worker_sizes_properties import MODEL as SIZED_MODEL
+
+    request = PlanRequest.model_validate_json((ROOT / "examples" / "running.json").read_text())
+    state = _with_sizes(request.state, WorkerSizes(prefill=(1,), decode=(2,)))  # type: ignore[arg-type]
+    assert any(w.rollout_role is Role.DECODE and w.tp == 1 for w in state.workers)
+    p = plan(state, SIZED_MODEL, costs=SIZED_COSTS, policy=request.policy)
+    assert "resize: " in p.decision.reason
+    _check_sized_plan(state, p, SIZED_MODEL, SIZED_COSTS)
+    after = apply_actions(state, p.actions)
+    assert all(w.tp == 2 for w in after.workers if w.rollout_role is Role.DECODE)
