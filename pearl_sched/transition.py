@@ -114,11 +114,10 @@ def place_new_workers(
             blocks = _pack(nodes, set(), items)
             if blocks is None:  # cannot happen when the node-block rows hold
                 raise ValueError(f"pool {pool.key}: the chosen workers do not fit its nodes")
-            busy = set()
         placed.extend(blocks)
         taken = {g for gpus, _, _ in blocks for g in gpus}
         dissolved.update(s for s in members.get(pool.key, []) if taken & set(workers[s].gpu_ids))
-    ids = {w.id for w in state.workers if w.id not in dissolved}
+    ids = {w.id for w in state.workers}  # a dissolved slot's id is not reused: actions name one slot each
     new: list[NewWorker] = []
     for gpus, role, dp in sorted(placed, key=lambda p: p[0]):
         size = f"tp{len(gpus)}" + (f"dp{dp}" if dp > 1 else "")

@@ -296,3 +296,48 @@ def test_serving_workers_at_a_size_their_role_no_longer_allows_are_resized() -> 
     _check_sized_plan(state, p, SIZED_MODEL, SIZED_COSTS)
     after = apply_actions(state, p.actions)
     assert all(w.tp == 2 for w in after.workers if w.rollout_role is Role.DECODE)
+
+
+def test_survivors_that_fragment_the_nodes_are_restarted_on_a_fresh_layout() -> None:
+    from pearl_sched import GPU, Budget, Status, Worker
+    from pearl_sched.problem import ROLES
+    from pearl_sched.transition import assign_slots, build_actions, place_new_workers
+
+    from .test_worker_sizes_properties import COSTS as SIZED_COSTS
+    from .test_worker_sizes_properties import MODEL as SIZED_MODEL
+
+    # Two nodes of two H200s; a decode TP1 worker serves on one GPU of each. One TP2 prefill worker fits the
+    # node-block rows (2 GPUs in TP>=2 workers, 4 available) but no node has two free GPUs while both survivors
+    # stay: the pool is packed afresh and one survivor restarts beside the other.
+    gpus = tuple(GPU(id=f"{n}{i}", node=n, type="h200", zone=Zone.DEDICATED) for n in ("a", "b") for i in range(2))
+    workers = (
+        Worker(id="wa0", gpu_ids=("a0",), role=Role.DECODE, status=Status.ACTIVE),
+        Worker(id="wb0", gpu_ids=("b0",), role=Role.DECODE, status=Status.ACTIVE),
+    )
+    state = ClusterState(
+        gpus=gpus,
+        workers=workers,
+        workload=MIXED.state.workload.model_copy(update={"kv_bytes_per_token": 131072.0}),
+        budget=Budget(max_gpus=4),
+        worker_sizes=WorkerSizes(prefill=(2,), decode=(1,)),  # type: ignore[arg-type]
+    )
+    classified = _classify(state, SIZED_MODEL, SIZED_COSTS, PolicyConfig())
+    problem = classified.base.with_classes(classified.classes)
+    counts = tuple(
+        (0, c.size, 0) if c.current_role is Role.DECODE else (1, 0, 0) if c.is_new and c.tp == 2 else (0, 0, 0)
+        for c in problem.classes
+    )
+    assert len(counts[0]) == len(ROLES)
+    target = assign_slots(problem, counts, {w.id: w for w in state.workers})
+    assert classified.layouts is not None
+    regrouping = place_new_workers(state, problem, counts, target, classified.layouts)
+    assert regrouping.repacked_pools == ("dedicated|h200|base",)
+    for old in regrouping.dissolved:
+        target.pop(old)
+    target.update({w.worker_id: w.role for w in regrouping.new_workers})
+    after = apply_actions(state, build_actions(state, target, {}, regrouping))
+    serving = sorted((w.rollout_role.value, w.tp) for w in after.workers if w.rollout_role is not None)  # type: ignore[union-attr]
+    assert serving == [("decode", 1), ("decode", 1), ("prefill", 2)]
+    index = after.gpu_index()
+    assert all(len({index[g].node for g in w.gpu_ids}) == 1 for w in after.workers)
+    assert len({w.id for w in after.workers}) == len(after.workers)
