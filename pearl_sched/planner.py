@@ -27,7 +27,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
@@ -130,6 +130,7 @@ class _SolveContext:
     rounds: int = 0
     rounding_error: float = 0.0
     statuses: tuple[str, ...] = ()
+    earlier: list[ClassSolution] = field(default_factory=list)  # with worker sizes: start candidates
 
     def solve(self, problem: ClassProblem) -> _Solved | None:
         """The best configuration of ``problem``, or None when nothing is feasible."""
@@ -140,6 +141,8 @@ class _SolveContext:
             return _Solved(enumerated, None) if enumerated is not None else None
         # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
         candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
+        if problem.pools:  # with worker sizes PEARL's sweep starts far off; earlier answers (same classes) start nearer
+            candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
         start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
         try:
             outcome = solve_class_problem(
@@ -163,6 +166,8 @@ class _SolveContext:
         solution = outcome.solution if outcome.solution is not None else start_solution
         if solution is None:
             return None
+        if problem.pools:
+            self.earlier.append(solution)
         proven = solution is outcome.solution and outcome.status == "optimal" and math.isfinite(outcome.bound_s)
         return _Solved(solution, outcome.bound_s if proven else None)
 
