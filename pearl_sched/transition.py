@@ -240,12 +240,16 @@ def apply_actions(state: ClusterState, actions: Iterable[Action]) -> ClusterStat
     takes (a regrouping); new workers follow the surviving slots, in action order.
     """
     workers = {w.id: w for w in state.workers}
+    holder = {g: w.id for w in state.workers for g in w.gpu_ids}
     added: list[str] = []
     for action in actions:
         if action.worker_id not in workers and action.kind is ActionKind.EXPAND and action.to_role is not None:
-            taken = set(action.gpu_ids)
-            for old in [w for w in workers.values() if taken & set(w.gpu_ids)]:
-                del workers[old.id]
+            for gpu in action.gpu_ids:
+                old = holder.pop(gpu, None)
+                if old is not None and old in workers:
+                    for other in workers.pop(old).gpu_ids:
+                        holder.pop(other, None)
+                holder[gpu] = action.worker_id
             workers[action.worker_id] = Worker(
                 id=action.worker_id, gpu_ids=action.gpu_ids, role=action.to_role, status=Status.ACTIVE, dp=action.dp
             )
