@@ -805,10 +805,16 @@ _REGROUP_TIE_S = 1e-3
 """Tie-breaker: a new worker on regrouped GPUs costs this much more than starting an idle slot of its size."""
 
 
-def _pool_of(gpu: GPU, category: _Category) -> str:
+def _pool_of(gpu: GPU) -> str:
     # Node groups are not in the key (as for slot classes): the node-block rows are per node, and a node is in
-    # one node group, so merging them loses nothing and keeps the model small.
-    return f"{gpu.zone.value}|{gpu.type}|{category.value}"
+    # one node group, so merging them loses nothing and keeps the model small. Nor is the category: serving and
+    # idle preemptible GPUs of a node regroup together (the new workers on them pass the expansion gate).
+    return f"{gpu.zone.value}|{gpu.type}"
+
+
+def _pool_category(zone: Zone) -> _Category:
+    """The category of new workers formed in a pool: a new worker on preemptible GPUs is an expansion."""
+    return _Category.BASE if zone is Zone.DEDICATED else _Category.NEW_PREEMPTIBLE
 
 
 def _sized(
@@ -827,10 +833,12 @@ def _sized(
 ]:
     """Step 1 with worker sizes: pools of regroupable GPUs, the slot classes by pool, and the new-worker classes.
 
-    A pool holds the dedicated and preemptible GPUs of one type (any node group) whose slots are in the base or
-    the new-preemptible category (on one node), and the free GPUs no slot holds. Overlap (training) GPUs keep
-    their slots' size. A slot may take a role only at a size that role allows; per pool and allowed size, a
-    class of new workers stands for the workers the pool's GPUs could form.
+    A pool holds the GPUs of one zone (dedicated or preemptible) and type, any node group, whose slots are in the
+    base or the new-preemptible category (on one node), and the free GPUs no slot holds. Overlap (training) GPUs
+    keep their slots' size. A slot may take a role only at a size that role allows; per pool and allowed size, a
+    class of new workers stands for the workers the pool's GPUs could form: base on dedicated GPUs, new
+    preemptible (so behind the expansion gate) on preemptible ones, whether those GPUs serve now or not (a
+    category taken from the slots would change with each transition, and a plan's result would re-plan to more).
     """
     index = state.gpu_index()
     limits = sizes.model
@@ -843,19 +851,18 @@ def _sized(
             continue
         if len({g.node for g in gpus}) > 1:
             continue
-        slot_pool = _pool_of(gpus[0], s.category)
-        pool_category[slot_pool] = s.category
+        slot_pool = _pool_of(gpus[0])
+        pool_category[slot_pool] = _pool_category(s.zone)
         pooled_slots[s.worker.id] = slot_pool
         gpu_pool.update((g.id, slot_pool) for g in gpus)
     held = {g for w in state.workers for g in w.gpu_ids}
-    for gpu in state.gpus:  # GPUs no slot holds: dedicated ones are base, preemptible ones new
+    for gpu in state.gpus:  # GPUs no slot holds
         if gpu.id in held or not gpu.available or gpu.zone is Zone.OVERLAP:
             continue
         if gpu.zone is Zone.PREEMPTIBLE and not state.budget.allow_preemptible:
             continue
-        free_category = _Category.BASE if gpu.zone is Zone.DEDICATED else _Category.NEW_PREEMPTIBLE
-        pool_key = _pool_of(gpu, free_category)
-        pool_category[pool_key] = free_category
+        pool_key = _pool_of(gpu)
+        pool_category[pool_key] = _pool_category(gpu.zone)
         gpu_pool[gpu.id] = pool_key
     layouts: dict[str, dict[str, list[str]]] = {}
     for gpu in state.gpus:
@@ -920,7 +927,7 @@ def _sized(
     options = sorted({s for role_sizes in sizes.by_role().values() for s in role_sizes}, key=lambda z: (z.tp, z.dp))
     pools = []
     for pool_key in sorted(layouts):
-        zone_value, gpu_type, _ = pool_key.split("|")
+        zone_value, gpu_type = pool_key.split("|")
         nodes = layouts[pool_key]
         zone = Zone(zone_value)
         tps = sorted({z.tp for z in options} | {c.tp for c in classes if c.pool == pool_key and c.eligible})

@@ -126,7 +126,9 @@ def test_allowing_only_the_current_size_plans_as_without_sizes(name: str, backen
 # -- the mixed-size example -------------------------------------------------------------------------------------
 
 
-def _check_sized_plan(state: ClusterState, result: object, model: PearlMakespanModel, costs: TransitionCosts) -> None:
+def _check_sized_plan(
+    state: ClusterState, result: object, model: PearlMakespanModel, costs: TransitionCosts, backend: str = "highs"
+) -> None:
     """Budget, one node and type per worker, allowed sizes, actions reach the target, re-planning asks nothing."""
     p = result
     after = apply_actions(state, p.actions)  # type: ignore[attr-defined]  # validates: no GPU twice, one node
@@ -142,7 +144,7 @@ def _check_sized_plan(state: ClusterState, result: object, model: PearlMakespanM
     assert all(roles[wid] is role for wid, role in p.roles().items())  # type: ignore[attr-defined]
     used = [g for w in after.workers for g in w.gpu_ids]
     assert len(used) == len(set(used))
-    again = plan(after, model, current=p, costs=costs, backend="highs")  # type: ignore[arg-type]
+    again = plan(after, model, current=p, costs=costs, backend=backend)  # type: ignore[arg-type]
     assert not again.actions, again.decision.reason
 
 
@@ -150,7 +152,7 @@ def _check_sized_plan(state: ClusterState, result: object, model: PearlMakespanM
 def test_the_mixed_size_example_plans_allowed_sizes_on_every_backend(backend: str) -> None:
     state = MIXED.state
     p = plan(state, MIXED_MODEL, backend=backend, costs=MIXED.costs)
-    _check_sized_plan(state, p, MIXED_MODEL, MIXED.costs)
+    _check_sized_plan(state, p, MIXED_MODEL, MIXED.costs, backend)
     chosen = chosen_sizes(state, p.actions)
     assert set(chosen) == {Role.PREFILL, Role.DECODE}
     if backend != "enumeration":  # the MILP regroups: more than one size is in use, on both GPU types
@@ -214,10 +216,8 @@ def test_the_formulation_names_the_node_block_rows() -> None:
     classified = _classify(MIXED.state, MIXED_MODEL, MIXED.costs, PolicyConfig())
     model, _ = build_model(classified.base.with_classes(classified.classes), [])
     names = [n for n in model.row_names if n.startswith("node_blocks[")]
-    assert (
-        "node_blocks[dedicated|h200|base,tp8]" in names and "node_blocks[preemptible|h100|new-preemptible,tp1]" in names
-    )
-    pool = next(p for p in classified.base.pools if p.key == "dedicated|h200|base")
+    assert "node_blocks[dedicated|h200,tp8]" in names and "node_blocks[preemptible|h100,tp1]" in names
+    pool = next(p for p in classified.base.pools if p.key == "dedicated|h200")
     assert dict(pool.block_gpus) == {1: 16, 2: 16, 4: 16, 8: 16}  # two H200 nodes of 8
 
 
@@ -331,7 +331,7 @@ def test_survivors_that_fragment_the_nodes_are_restarted_on_a_fresh_layout() -> 
     target = assign_slots(problem, counts, {w.id: w for w in state.workers})
     assert classified.layouts is not None
     regrouping = place_new_workers(state, problem, counts, target, classified.layouts)
-    assert regrouping.repacked_pools == ("dedicated|h200|base",)
+    assert regrouping.repacked_pools == ("dedicated|h200",)
     for old in regrouping.dissolved:
         target.pop(old)
     target.update({w.worker_id: w.role for w in regrouping.new_workers})
