@@ -24,6 +24,12 @@ Lines, per configuration and per (scenario, GPUs)::
 
 ``best_pick_gap_pct``: how much slower (simulated) the configuration the predictor ranks first is than the fastest.
 
+**Decisions**: at each GPU count, what ``plan()`` chooses (``plan_resident`` on a cluster of that many dedicated GPUs
+and no training GPUs to lend, no transition costs, as bench/reproduce.py's ratio selection does) with each predictor,
+before any telemetry (``prior``: the setting's fit and launch settings) and after the colocated run's (``refit``)::
+
+    decide scenario=<s> gpus=<g> model=<pearl|improved> fit=<prior|refit> chosen=<label> best=<label> gap_pct=<x>
+
 **Measured serving runs** (``--silicon-rows``, 0 to skip): the aggregated SGLang rows of aiconfigurator-core's
 ``silicon_sample.csv`` that bench/validate.py replays (its loaders, reused as they are). A closed-loop run at
 concurrency C is, request by request, a one-turn batch of C: its makespan is a request's end-to-end latency
@@ -48,8 +54,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DATA
+from bench.common import DATA, FREE
 from pearl_sched import Mode, PoolCapacity, Workload
+from pearl_sched.control import plan_resident
 from pearl_sched.makespan import MakespanModel, PearlMakespanModel, PearlParams
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams, ServingParams
 from pearl_sched.profiles.telemetry import (
@@ -60,7 +67,7 @@ from pearl_sched.profiles.telemetry import (
     observe_serving,
     refit_serving,
 )
-from pearl_sched.sim.cluster import ObservedStepTimes
+from pearl_sched.sim.cluster import ObservedStepTimes, SimCluster
 from pearl_sched.sim.experiment import setting_for
 from pearl_sched.sim.rollout import BatchResult, simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
@@ -179,6 +186,7 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 + f" sim_hit={hit:.3f} retractions={r.retractions}",
                 flush=True,
             )
+        decisions(name, setting, gpus, runs, params, ran)
         best = min(truth)
         for model in MODELS:
             error = mape(predictions[model], truth)
@@ -190,6 +198,43 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 flush=True,
             )
     return errors
+
+
+def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: PearlParams, ran: Run) -> None:
+    """What plan() chooses with each predictor at ``gpus``, against the simulated best of the configurations."""
+    measured = {
+        ratio_label(r.capacity.mode, int(r.capacity.prefill), int(r.capacity.decode), int(r.capacity.colocated)): (
+            r.result.makespan_s
+        )
+        for r in runs
+    }
+    best = min(measured, key=lambda k: measured[k])
+    cluster = SimCluster(setting, costs=FREE, dedicated_gpus=gpus, preemptible_gpus=0)
+    cluster.trainer_idle_at = float("inf")  # no training GPUs to lend: the pool is the interval's
+    state = cluster.observe()
+    theta = state.workload.model_copy(update={"bubble_ratio": ran.result.bubble_ratio})
+    models: dict[tuple[str, str], tuple[MakespanModel, Workload]] = {
+        ("pearl", "prior"): (setting.predictor("pearl"), state.workload),
+        ("improved", "prior"): (setting.predictor("improved"), state.workload),
+        ("pearl", "refit"): (PearlMakespanModel(params), theta),
+        ("improved", "refit"): (improved(params, serving_from(setting, ran)), state.workload),
+    }
+    for (model, fit), (predictor, workload) in models.items():
+        plan, _ = plan_resident(state.model_copy(update={"workload": workload}), predictor, costs=FREE)
+        chosen = plan.ratio
+        if chosen not in measured:  # a configuration using fewer GPUs than the sweep's
+            capacity = PoolCapacity(
+                mode=plan.mode,
+                prefill=plan.prefill_workers,
+                decode=plan.decode_workers,
+                colocated=plan.colocated_workers,
+            )
+            measured[chosen] = simulate(setting, capacity).result.makespan_s
+        gap = 100 * (measured[chosen] - measured[best]) / measured[best]
+        print(
+            f"decide scenario={name} gpus={gpus} model={model} fit={fit} chosen={chosen} best={best} gap_pct={gap:.1f}",
+            flush=True,
+        )
 
 
 def measured_accuracy(limit: int) -> None:

@@ -500,6 +500,7 @@ class ImprovedMakespanModel:
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
             own_prefill = x * t_p + (p.switch_overhead_s if colocated else 0.0)
             plain = ref.decode_iteration_s + ref.decode_per_seq_s * n / decode_capacity
+            stolen = 0.0
             if colocated:
                 # Prefill-first: the decode batch waits while the worker prefills, W seconds per cycle, so
                 # τ = plain·C/(C − W) and C = r·τ + rest; C is the larger root of C² − (W + rest + r·plain)·C + W·rest.
@@ -522,8 +523,13 @@ class ImprovedMakespanModel:
                         cycle = new_cycle
                         break
                     cycle = new_cycle
-            if flow.kv_limited and n > 0:  # the rest of the batch queues for admission: C = B·d/n
-                cycle = max(cycle, b_total * r * iteration / n)
+            if flow.kv_limited and n > 0:
+                # The rest of the batch queues for admission: per cycle a worker prefills (W) and runs B/n rounds of
+                # r decode iterations, so C = W + B·r·plain/n, and τ = plain·C/(C − W) as above.
+                queued = stolen + b_total * r * plain / n
+                if queued > cycle:
+                    cycle = queued
+                    iteration = plain * cycle / (cycle - stolen) if cycle > stolen else plain
             return CycleState(
                 decoding=n,
                 iteration_s=iteration,
