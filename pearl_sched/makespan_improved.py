@@ -61,7 +61,7 @@ from pearl_sched.makespan import (
 )
 from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Role, Workload
 
-_BISECTION_STEPS = 60
+_BISECTION_STEPS = 40
 
 RESERVED_DECODE_TOKENS = 512
 """SGLang ``--num-reserved-decode-tokens``: KV a PD decode worker keeps per running request at admission."""
@@ -204,7 +204,7 @@ class Phase(NamedTuple):
     trajectories: float
 
 
-class _Flow(Frozen):
+class _Flow(NamedTuple):
     """Per-turn token flows of one configuration at one context, with n trajectories decoding."""
 
     hit: float
@@ -494,7 +494,8 @@ class ImprovedMakespanModel:
         footprint = self._footprint(workload, capacity.mode, phase.context)
         n_max = min(float(b_total), decode_capacity * self.kv_pool_tokens(workload) / footprint)
 
-        def state(n: float) -> CycleState:
+        def core(n: float) -> tuple[float, float, float, float, _Flow]:
+            """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
             flow = self._flow(workload, capacity, n, phase, corrected=corrected)
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
@@ -530,6 +531,10 @@ class ImprovedMakespanModel:
                 if queued > cycle:
                     cycle = queued
                     iteration = plain * cycle / (cycle - stolen) if cycle > stolen else plain
+            return iteration, cycle, transfer, own_prefill, flow
+
+        def state(n: float) -> CycleState:
+            iteration, cycle, transfer, own_prefill, flow = core(n)
             return CycleState(
                 decoding=n,
                 iteration_s=iteration,
@@ -540,7 +545,7 @@ class ImprovedMakespanModel:
                 kv_limited=flow.kv_limited,
                 prefill_hit=flow.hit,
                 decode_hit=flow.decode_hit,
-                prefill_tokens_per_turn=x,
+                prefill_tokens_per_turn=flow.prefill_tokens,
                 transfer_tokens_per_turn=flow.transfer_tokens,
                 retractions_per_turn=flow.retractions,
             )
@@ -552,8 +557,8 @@ class ImprovedMakespanModel:
         lo, hi = 1e-9, n_max
         for _ in range(_BISECTION_STEPS):  # g(n) = B·d(n)/C(n) − n changes sign once over (0, n_max]
             mid = (lo + hi) / 2
-            s = state(mid)
-            if b_total * r * s.iteration_s / s.cycle_s > mid:
+            iteration_s, cycle_s, *_ = core(mid)
+            if b_total * r * iteration_s / cycle_s > mid:
                 lo = mid
             else:
                 hi = mid
