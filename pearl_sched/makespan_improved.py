@@ -304,7 +304,7 @@ class ImprovedMakespanModel:
         step = workload.appended_tokens_per_turn + workload.generated_tokens_per_turn
         mean = self._context(workload)
         start = min(workload.prompt_tokens, mean)
-        turns_mean = min(s, 2 * (mean - start) / step) if step > 0 else s
+        turns_mean = min(s, max(1.0, 2 * (mean - start) / step)) if step > 0 else s  # a trajectory takes ≥ 1 turn
         slope = 2 * (1 - turns_mean / s)
         top = workload.max_context_tokens or math.inf
         out = []

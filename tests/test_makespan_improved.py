@@ -284,3 +284,52 @@ def test_the_milp_surrogate_follows_the_bounds_it_is_fitted_to() -> None:
             + load.turns * HAND.params.switch_overhead_s
         )
         assert terms.colocated.time_s(e) == pytest.approx(bound, rel=0.25)
+
+
+@given(
+    st.integers(1, 4096),
+    st.floats(1.0, 200.0),
+    st.floats(0.0, 5000.0),
+    st.floats(1.0, 5000.0),
+    st.floats(0.0, 60.0),
+    st.floats(0.0, 40000.0),
+    st.floats(0.0, 20000.0),
+    st.floats(1e3, 1e8),
+    st.integers(1, 16),
+    st.integers(0, 15),
+    st.sampled_from(["cache_aware", "least_load", "round_robin"]),
+)
+def test_predictions_are_finite_and_positive_for_any_batch(
+    batch: int,
+    turns: float,
+    appended: float,
+    generated: float,
+    env: float,
+    context: float,
+    prompt: float,
+    pool: float,
+    workers: int,
+    prefill: int,
+    router: str,
+) -> None:
+    load = workload(
+        batch_size=batch,
+        unfinished=batch,
+        turns=turns,
+        appended_tokens_per_turn=appended,
+        generated_tokens_per_turn=generated,
+        env_time_per_turn_s=env,
+        mean_context_tokens=context,
+        prompt_tokens=prompt,
+        kv_bytes_per_token=1000.0,
+    )
+    model = _model(ServingParams(kv_pool_tokens=pool, router=router))
+    capacity = (
+        PoolCapacity(mode=Mode.DISAGGREGATED, prefill=prefill, decode=workers)
+        if prefill
+        else PoolCapacity(mode=Mode.COLOCATED, colocated=workers)
+    )
+    total = model.predict(load, capacity).total_s
+    assert 0 < total < float("inf")
+    terms = model.terms(load)
+    assert all(getattr(terms, r).time_s(float(workers)) >= 0 for r in ("prefill", "decode", "colocated"))
