@@ -6,13 +6,15 @@ Each trajectory cycles *decode* (r tokens) → *KV transfer* → *environment* (
 With B trajectories on a pool, the number decoding at once, n, is not an input (PEARL's measured θ) but the fixed
 point of that finite-source cycle::
 
-    τ(n)  = (A + b·n/N_D) / (1 − φ·u_p)        decode iteration; u_p the co-batched prefill share (colocated)
+    τ(n)  = τ₀·C/(C − W),  τ₀ = A + b·n/N_D     decode iteration; W = φ·t_p·B·x/N the worker's prefill seconds
+                                               per cycle it waits for (colocated, prefill first; W = 0 in PD)
     d(n)  = r·τ(n)                             decode time of one turn
-    C(n)  = d(n) + x + T_e + p(n)              one turn's cycle: decode, transfer, environment, prefill
+    C(n)  = d(n) + x_s + T_e + p(n)            one turn's cycle: decode, transfer, environment, own prefill
     n     = min(B · d(n) / C(n), n_max)        trajectories decoding; n_max = N_D·M/f the KV pool's limit
 
 solved by bisection on n ∈ (0, n_max]. When the pool's KV limit binds, the rest of the batch queues for admission
-and the cycle stretches to C = B·d/n_max. θ = (B − n)/n is an output. SGLang's memory enters through four terms:
+and the cycle stretches to C = W + B·r·τ₀/n_max. θ = (B − n)/n is an output. SGLang's memory enters through four
+terms:
 
 - **KV capacity** M tokens per worker (SGLang's pool, ``sglang:max_total_num_tokens``; else the device's H_max/K):
   a decoding sequence holds f = c + r/2 tokens (c the mean context; PD decode adds SGLang's 512 reserved decode
@@ -21,9 +23,11 @@ and the cycle stretches to C = B·d/n_max. θ = (B − n)/n is an output. SGLang
   what decoding leaves free, ``retention = min(1, (M − n_w·f) / (idle_w·c))``; the router's policy decides whether
   the next turn lands there (cache-aware: always; least-load or round-robin: 1/N). A colocated turn prefills
   ΔL + (1 − h)·c tokens. A PD prefill worker never holds the tokens generated on the decode worker, so it prefills
-  ΔL + r + (1 − h_P)·(c − r), and the *whole* context's KV, c + ΔL − h_D·c tokens, crosses the link each turn
-  (h_D > 0 only with the decode radix cache). A measured hit rate (``sglang:cached_tokens_total`` over
-  ``sglang:prompt_tokens_total``) corrects the structural one by their ratio at the configuration that ran;
+  ΔL + r + (1 − h_P)·(c − r), and the *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses the link each turn
+  (h_D > 0 only with the decode radix cache); a trajectory's first turn has none of these (its prompt is the
+  first-turn burst), so they count for the (S − 1)/S later turns. A measured hit rate
+  (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``) corrects the structural one by their ratio
+  at the configuration that ran;
 - **retraction**: when the KV limit binds and no evictable cache is left, the growth the admission reserve did not
   cover (r − R per turn, R = SGLang's floor new-token ratio × min(max_new, 4096)) is freed by retracting requests,
   each re-prefilling what it had generated and what the cache lost; a measured rate
@@ -31,13 +35,14 @@ and the cycle stretches to C = B·d/n_max. θ = (B − n)/n is an output. SGLang
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
   engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes.
 
-Also, as before: append-prefill cost grows with context (t_p(c) = t_p + t_c·c); transfers share the link as a
-processor-sharing queue; makespan = max(critical path, throughput bounds); the first-turn burst B·P₀·t_p/E_P; and
-the slowest trajectory's delay, not the mean one's.
+The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
+way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
+(t_p(c) = t_p + t_c·c); transfers share the link as a processor-sharing queue; makespan = max(critical path,
+throughput bounds); the first-turn burst B·P₀·t_p/E_P; and the slowest trajectory's delay, not the mean one's.
 
-With unlimited memory, a perfect cache, PEARL's PD (prefill holds every token, only ΔL crosses the link), no
-environment time, no first-turn prompt and T_over = 0, the predictions equal PEARL's closed form (``tests`` check
-both modes).
+In PEARL's limit (:data:`PEARL_LIMIT`: unlimited memory, a perfect cache, PEARL's PD where only ΔL is prefilled and
+sent), with no environment time, no first-turn prompt and T_over = 0, the pool terms equal PEARL's at θ = 0, the
+disaggregated makespan equals PEARL's, and the colocated one too without ΔL (``tests`` check each).
 
 For the MILP, ``terms`` fits PEARL's pool form ``fixed + work/E`` to this model's throughput bound of each pool over
 a grid of capacities (a secant surrogate, exact in PEARL's limit); the plan reports ``predict``.
