@@ -250,6 +250,7 @@ class ImprovedMakespanModel:
         self._pearl = PearlMakespanModel(params.pearl)
         self._corrections: dict[tuple[Workload, Mode], tuple[float, float]] = {}
         self._terms: dict[Workload, MakespanTerms] = {}
+        self._predictions: dict[tuple[Workload, PoolCapacity], MakespanBreakdown] = {}
 
     @property
     def name(self) -> str:
@@ -273,6 +274,13 @@ class ImprovedMakespanModel:
         return self._pearl.prefill_tokens_per_s(gpu_type, tp)
 
     # -- memory and caching -----------------------------------------------------------------------------------
+    @staticmethod
+    def _key(workload: Workload) -> Workload:
+        """The workload without the fields this model does not read (memo key): what is unfinished, θ, demand."""
+        return workload.model_copy(
+            update={"unfinished": workload.batch_size, "bubble_ratio": 0.0, "min_prefill_tokens_per_s": 0.0}
+        )
+
     def kv_pool_tokens(self, workload: Workload) -> float:
         """KV tokens one reference worker holds: the measured pool, else H_max / K; infinite in PEARL's limit.
 
@@ -434,7 +442,7 @@ class ImprovedMakespanModel:
         observed = self.params.serving.observed(mode)
         if observed is None or observed.cache_hit_rate is None:
             return 1.0, 0.0
-        key = (workload, mode)
+        key = (self._key(workload), mode)
         if key not in self._corrections:
             ran = observed.capacity(mode)
             usable = (ran.colocated if mode is Mode.COLOCATED else min(ran.prefill, ran.decode)) > 0
@@ -617,8 +625,9 @@ class ImprovedMakespanModel:
         Exact in PEARL's limit (the bounds are of that form there); elsewhere a secant surrogate of the KV limit and
         the cache misses, whose size depends on E (docs/makespan.md, "The MILP's surrogate").
         """
-        if workload in self._terms:
-            return self._terms[workload]
+        memo = self._key(workload)
+        if memo in self._terms:
+            return self._terms[memo]
         p = self.params.pearl
         m = self.kv_pool_tokens(workload)
         saturation = workload.batch_size * self._context(workload) / m if math.isfinite(m) else 1.0
@@ -646,11 +655,19 @@ class ImprovedMakespanModel:
         )
         if len(self._terms) > 64:
             self._terms.clear()
-        self._terms[workload] = terms
+        self._terms[memo] = terms
         return terms
 
     def predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
         """The improved makespan of ``workload`` on ``capacity`` (module docstring), with its parts."""
+        memo = (self._key(workload), capacity)
+        if memo not in self._predictions:
+            if len(self._predictions) > 256:
+                self._predictions.clear()
+            self._predictions[memo] = self._predict(workload, capacity)
+        return self._predictions[memo]
+
+    def _predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
         states = self._states(workload, capacity, corrected=True)
         phases = self.phases(workload)
         s, b = workload.turns, workload.batch_size
