@@ -192,7 +192,7 @@ RETRACTED = "sglang:num_retracted_requests_total"
 RETRACTED_0_5_2 = "sglang:total_retracted_reqs"
 """Gauge holding a running total (0.5.2): the same count under its older name."""
 MAX_TOTAL_NUM_TOKENS = "sglang:max_total_num_tokens"
-"""Gauge (0.5.8 on): the worker's KV pool in tokens (0.5.2 reports it only in /server_info)."""
+"""Gauge (0.5.8 on): the worker's KV pool in tokens (0.5.2 has no such gauge: the launch value stays)."""
 KV_TRANSFER_SPEED = "sglang:kv_transfer_speed_gb_s"
 """Gauge (every version, PD): the last KV transfer's speed in GB/s."""
 SERVING_METRICS = (
