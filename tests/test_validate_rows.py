@@ -1,0 +1,60 @@
+"""bench/validate.py's reading of the silicon rows: harness, mean output length, the TP x EP recording fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
+
+
+def _validate() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / "validate.py"
+    spec = importlib.util.spec_from_file_location("bench_validate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_validate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+validate = _validate()
+
+
+def _row(**fields: str) -> dict[str, str]:
+    row = {
+        "silicon_data_source": "db-dump/2026-04-27; config_id=1; silicon_concurrency=4",
+        "system": "b200_sxm",
+        "tp_size": "4",
+        "attention_dp_size": "1",
+        "moe_tp_size": "1",
+        "moe_ep_size": "4",
+    }
+    return {**row, **fields}
+
+
+def test_inferencemax_rows_use_its_harness() -> None:
+    assert validate.harness_of(_row()) is validate.INFERENCEMAX
+    assert validate.harness_of(_row(silicon_data_source="source_file=2026-04-06.csv; model=X")) is validate.INFERENCEMAX
+    gap = _row(silicon_data_source="source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/q.csv")
+    assert validate.harness_of(gap) is validate.UNRECORDED
+
+
+def test_mean_output_length_of_the_harness() -> None:
+    # uniform integers in [int(0.8 x 1024), 1024] = [819, 1024]
+    assert validate.INFERENCEMAX.mean_osl(1024) == pytest.approx((819 + 1024) / 2)
+    assert validate.UNRECORDED.mean_osl(1024) == 1024
+
+
+def test_tp_recorded_as_tp_times_ep_is_read_back() -> None:
+    # the same layout (ids ..._tp4_ep4_...) appears as tp 4 / moe_tp 1 / ep 4 and as tp 16 / moe_tp 4 / ep 4
+    assert validate.parallelism(_row()) == (4, 1, 1, 4, False)
+    assert validate.parallelism(_row(tp_size="16", moe_tp_size="4")) == (4, 1, 1, 4, True)
+    assert validate.parallelism(_row(tp_size="64", moe_tp_size="8", moe_ep_size="8")) == (8, 1, 1, 8, True)
+    # a layout that fits one node, or TP without EP, is taken as recorded
+    assert validate.parallelism(_row(tp_size="8", moe_tp_size="8", moe_ep_size="1")) == (8, 1, 8, 1, False)
+    assert validate.parallelism(_row(system="gb200", tp_size="72", moe_tp_size="72", moe_ep_size="1"))[4] is False
