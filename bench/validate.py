@@ -465,6 +465,25 @@ def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
     return out, skipped, "; ".join(sources)
 
 
+def unique_line(replayed: list[Replayed]) -> str:
+    """MAPE over distinct measurements: the file repeats one benchmark under several ids (a database dump and two
+    dated exports), so rows with the same model, GPU, ISL, OSL, concurrency and measured TTFT / TPOT count once."""
+    seen: dict[tuple[object, ...], Row] = {}
+    for item in replayed:
+        r = item.row
+        seen.setdefault((item.engine.model_id, item.engine.gpu, item.isl, item.osl, item.concurrency,
+                         r.measured_ttft_s, r.measured_tpot_s), r)  # fmt: skip
+    rows = list(seen.values())
+    if not rows:
+        return "validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows=0"
+    parts = []
+    for target in ("ttft", "tpot", "e2e"):
+        measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
+        sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
+        parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
+    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows={len(rows)} {' '.join(parts)}"
+
+
 def mape_lines(rows: list[Row]) -> list[str]:
     """The ``validate`` lines, MAPE by scikit-learn."""
     lines = []
@@ -525,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
         f"validate-rows dataset=silicon-sglang exist={len(replayed) + sum(skipped.values())} replayed={len(replayed)}"
         f" not_replayed={sum(skipped.values())} (reasons: the validate-coverage lines)"
     )
+    print(unique_line(replayed))
     if (DATA / "dynamo-h200-llama31-8b").is_dir():
         dyn, dyn_source = dynamo_rows()
         rows += dyn
