@@ -146,10 +146,34 @@ def _gpus_per_node(system: str) -> int:
     return int(yaml.safe_load(spec.read_text()).get("node", {}).get("num_gpus_per_node", 8))
 
 
+SCRIPT_KV_FP8 = False
+"""``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
+
+
+def script_kv_dtype(row: dict[str, str]) -> str:
+    """The KV dtype the row's server ran with, as far as the launch scripts say (``--kv-dtype-from-scripts``).
+
+    InferenceMAX's current ``benchmarks/single_node/fixed_seq_len`` scripts pass ``--kv-cache-dtype fp8_e4m3`` for
+    DeepSeek-R1 on B200/B300 (FP8 and FP4) and Qwen3.5 FP8/FP4 on B200/B300/H200/H100, and nothing (SGLang's ``auto``:
+    bf16) for DeepSeek-R1 FP8 on H200 and the bf16 Qwen3.5 runs. The scripts changed over the months the rows span,
+    so this is a reading of today's scripts, reported beside the default, never instead of it.
+    """
+    if not SCRIPT_KV_FP8 or harness_of(row) is not INFERENCEMAX or row["precision"] == "bf16":
+        return SGLANG_KV_DTYPE
+    deepseek = row["model_path"].startswith("deepseek-ai/")
+    if deepseek and row["system"] in ("b200_sxm", "b300_sxm"):
+        return "fp8"
+    if row["model_path"].startswith("Qwen/Qwen3.5"):
+        return "fp8"
+    return SGLANG_KV_DTYPE
+
+
 def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | str]) -> AicStepTimes | str:
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep, _ = parallelism(row)
+    kv = script_kv_dtype(row)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
+    key += (kv,)
     if key not in cache:
         try:
             engine = AicStepTimes(
@@ -162,8 +186,8 @@ def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | 
                 moe_ep=moe_ep,
                 gemm_quant_mode=row["gemm_quant_mode"] or None,
                 moe_quant_mode=row["moe_quant_mode"] or None,
-                kvcache_quant_mode=SGLANG_KV_DTYPE,
-                fmha_quant_mode=SGLANG_KV_DTYPE,
+                kvcache_quant_mode=kv,
+                fmha_quant_mode=SGLANG_KV_DTYPE,  # attention in bf16 (the engine has no FP8 context MLA data)
             )
             POOLS[id(engine)] = engine.kv_capacity_tokens()
             cache[key] = engine
@@ -520,7 +544,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also print aiconfigurator-core's own closed-form estimate of the same rows (silicon-sglang-aic-estimate)",
     )
+    parser.add_argument(
+        "--kv-dtype-from-scripts",
+        action="store_true",
+        help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
+    )
     args = parser.parse_args(argv)
+    global SCRIPT_KV_FP8
+    SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     replayed, skipped, source = silicon_rows(args.rows)
