@@ -6,13 +6,18 @@ Datasets:
   ``systems/silicon_sample.csv`` (measured TTFT and TPOT of closed-loop benchmarks: ISL, OSL, concurrency, model,
   GPU, precision, parallelism). Each aggregated row the engine covers is replayed through
   :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool
-  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``. ``-kvbound``: rows whose
-  ``concurrency × (ISL + OSL)`` exceeds that pool. Measured E2E is ``TTFT + (OSL − 1) × TPOT`` (the rows have no
-  E2E column).
-* ``llmservingsim``: LLMServingSim's real vLLM 0.19 runs (``../shared/data/llmservingsim/bench``: 300 ShareGPT
-  requests each at their logged arrival times, per-request input/output tokens and TTFT / last-token times),
-  replayed open-loop with :func:`pearl_sched.sim.replay.replay_open_loop`'s ``vllm-v1`` policy and the runs' own
-  ``max_num_seqs`` / ``max_num_batched_tokens``; one row per run, means over its requests.
+  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``, as its benchmark client sent the
+  requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
+  the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
+  E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
+  back (:func:`parallelism`).
+* ``silicon-sglang-aic-estimate`` (``--aic-estimate``): aiconfigurator-core's own closed-form estimate of the same
+  rows, for comparison with the replay.
+* ``llmservingsim`` / ``llmservingsim-requests``: LLMServingSim's real vLLM 0.19 runs
+  (``../shared/data/llmservingsim/bench``: 300 ShareGPT requests each at their logged arrival times, per-request
+  input/output tokens and TTFT / last-token times), replayed open-loop with
+  :func:`pearl_sched.sim.replay.replay_open_loop`'s ``vllm-v1`` policy and the runs' own ``max_num_seqs`` /
+  ``max_num_batched_tokens`` (a data-parallel run as its ranks); one row per run and one per request.
 * ``dynamo``: NVIDIA Dynamo's profile of Llama-3.1-8B-Instruct-FP8 on H200 with vLLM, TP1 prefill / TP1 decode
   (``../shared/data/dynamo-h200-llama31-8b``): single-request prefill TTFT against ``prefill_s`` and decode ITL at a
   KV usage and context against ``decode_s`` (batch = usage × max KV tokens / context).
@@ -21,10 +26,11 @@ Prints one line per dataset, mode and target::
 
     validate dataset=<name> mode=<agg|disagg> target=<ttft|tpot|e2e> rows=<n> mape_pct=<x>
 
-plus ``validate-coverage`` lines (rows the engine cannot model, by reason) and the step-time ``source``.
+plus ``validate-coverage`` (rows not run, by reason), ``validate-rows`` (rows that exist and ran),
+``validate-unique`` (distinct measurements), ``validate-harness`` and the step-time ``validate-source`` lines.
 Nothing is fitted to these rows, except in the ``-calibrated`` datasets (``--calibrate``): there each row is replayed
 with the engine's online correction fitted on the other rows of the same deployment (never on the row itself).
-Run: ``python bench/validate.py [--rows N] [--calibrate] [--csv out.csv]``.
+Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate] [--kv-dtype-from-scripts] [--csv out.csv]``.
 """
 
 from __future__ import annotations
