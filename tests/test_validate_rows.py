@@ -70,3 +70,22 @@ def test_kv_dtype_from_the_launch_scripts_only_when_asked(monkeypatch: pytest.Mo
     assert validate.script_kv_dtype(qwen_bf16) == "bfloat16"
     gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv"}
     assert validate.script_kv_dtype(gap) == "bfloat16"
+
+
+def _replayed(model: str, gpu: str, tp: int) -> object:
+    from pearl_sched.profiles.aic_engine import AicStepTimes
+
+    engine = AicStepTimes(model, gpu, "sglang", tp=tp, kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16")
+    row = validate.Row("silicon-sglang", "agg", f"{model}-{gpu}", 0.1, 0.01, 10.0, 0.1, 0.01, 10.0)
+    return validate.Replayed(row, engine, 1024, 256, 8, 8192, validate.UNRECORDED, False, "")
+
+
+def test_aic_estimate_is_per_deployment_not_memoised_across_models() -> None:
+    # aiconfigurator-core's run_agg memoises by (ISL, OSL, batch, ctx_tokens) only: one backend for two models would
+    # hand the second the first one's answer
+    small = _replayed("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", 1)
+    large = _replayed("Qwen/Qwen3-32B", "h200_sxm", 1)
+    rows, failed = validate.aic_estimate_rows([small, large])
+    assert not failed and [r.dataset for r in rows] == ["silicon-sglang-aic-estimate"] * 2
+    assert rows[1].sim_tpot_s > 1.5 * rows[0].sim_tpot_s  # 32B weights are read every step, 8B's four times fewer
+    assert rows[0].sim_e2e_s == pytest.approx(rows[0].sim_ttft_s + 255 * rows[0].sim_tpot_s)
