@@ -434,6 +434,12 @@ def dynamo_rows() -> tuple[list[Row], str]:
     return out, engine.source
 
 
+def deal_to_ranks(arrivals: list[tuple[float, int, int]], ranks: int) -> list[list[int]]:
+    """Indices of ``arrivals`` per data-parallel rank: dealt in arrival order, each rank's list in arrival order."""
+    order = sorted(range(len(arrivals)), key=lambda k: arrivals[k])
+    return [order[rank::ranks] for rank in range(ranks)]
+
+
 def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
     """LLMServingSim's real vLLM 0.19 runs (300 ShareGPT requests each), replayed open-loop with vLLM's policy.
 
@@ -467,10 +473,8 @@ def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
         requests = [json.loads(line) for line in (meta_path.parent / "requests.jsonl").read_text().splitlines()]
         t0 = min(r["arrival_time"] for r in requests)
         arrivals = [(r["arrival_time"] - t0, int(r["input_toks"]), int(r["output_toks"])) for r in requests]
-        order = sorted(range(len(requests)), key=lambda k: arrivals[k])
         sim: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * len(requests)
-        for rank in range(dp):
-            mine = order[rank::dp]
+        for mine in deal_to_ranks(arrivals, dp):
             res = replay_open_loop(
                 engine,
                 [arrivals[k] for k in mine],

@@ -89,3 +89,9 @@ def test_aic_estimate_is_per_deployment_not_memoised_across_models() -> None:
     assert not failed and [r.dataset for r in rows] == ["silicon-sglang-aic-estimate"] * 2
     assert rows[1].sim_tpot_s > 1.5 * rows[0].sim_tpot_s  # 32B weights are read every step, 8B's four times fewer
     assert rows[0].sim_e2e_s == pytest.approx(rows[0].sim_ttft_s + 255 * rows[0].sim_tpot_s)
+
+
+def test_data_parallel_ranks_get_requests_in_arrival_order() -> None:
+    arrivals = [(0.3, 10, 5), (0.1, 20, 5), (0.2, 30, 5), (0.0, 40, 5), (0.4, 50, 5)]
+    assert validate.deal_to_ranks(arrivals, 2) == [[3, 2, 4], [1, 0]]
+    assert validate.deal_to_ranks(arrivals, 1) == [[3, 1, 2, 0, 4]]
