@@ -51,7 +51,13 @@ import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import AicCoverageError, AicStepTimes, StepTimeCalibration, aic_version
-from pearl_sched.sim.replay import ReplayError, replay_closed_loop, replay_open_loop, sglang_chunked_prefill_size
+from pearl_sched.sim.replay import (
+    ReplayError,
+    replay_closed_loop,
+    replay_open_loop,
+    sglang_chunked_prefill_size,
+    sglang_cuda_graph_batch_sizes,
+)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -256,6 +262,7 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
                 chunked_prefill_size=chunk,
                 rounds=harness.prompts_per_client,
                 range_ratio=harness.range_ratio,
+                cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
             )
         except ReplayError as exc:
             skipped[f"replay refused: {exc}"[:90]] += 1
@@ -381,6 +388,7 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
                     chunked_prefill_size=item.chunk,
                     rounds=item.harness.prompts_per_client,
                     range_ratio=item.harness.range_ratio,
+                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
                 )
             finally:
                 engine.calibration = None

@@ -15,6 +15,7 @@ from pearl_sched.sim.replay import (
     replay_closed_loop,
     replay_open_loop,
     sglang_chunked_prefill_size,
+    sglang_cuda_graph_batch_sizes,
 )
 from pearl_sched.sim.steptimes import StepTimes
 
@@ -207,3 +208,26 @@ def test_replay_is_deterministic_per_seed() -> None:
     c = replay_closed_loop(FakeSteps(), **kwargs, seed=2)
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
     assert (a.ttft_s, a.tpot_s) != (c.ttft_s, c.tpot_s)
+
+
+def test_decode_steps_run_at_the_captured_cuda_graph_batch() -> None:
+    # three clients decode as a batch of 3, padded to the captured 4 (FakeSteps: 5 ms + 0.01 ms per sequence)
+    plain = replay_closed_loop(FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1)
+    padded = replay_closed_loop(
+        FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1, cuda_graph_bs=(1, 2, 4, 8)
+    )
+    assert plain.tpot_s == pytest.approx(0.005 + 3e-5)
+    assert padded.tpot_s == pytest.approx(0.005 + 4e-5)
+    # larger than every captured size: no graph, no padding
+    eager = replay_closed_loop(
+        FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1, cuda_graph_bs=(1, 2)
+    )
+    assert eager.tpot_s == pytest.approx(plain.tpot_s)
+
+
+def test_sglang_cuda_graph_sizes() -> None:
+    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1)
+    assert h100[:5] == (1, 2, 4, 8, 16) and h100[-1] == 160  # 80 GiB: no sizes above 160
+    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
+    assert b200[-1] == 256 and 24 in b200 and 12 not in b200
+    assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB

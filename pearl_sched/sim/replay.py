@@ -36,6 +36,7 @@ The scheduler is one class (:class:`SGLangDefaultScheduler`) so that the simulat
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -51,6 +52,7 @@ from pearl_sched.sim.memory import (
     NEW_TOKEN_RATIO_DECAY_STEPS,
     RETRACT_DECODE_STEPS,
     default_chunked_prefill_size,
+    default_cuda_graph_max_bs,
 )
 from pearl_sched.sim.steptimes import StepTimes
 
@@ -65,6 +67,20 @@ class ReplayError(PearlSchedError, ValueError):
 def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
     """SGLang's default ``chunked_prefill_size`` by GPU memory (``memory.default_chunked_prefill_size``)."""
     return default_chunked_prefill_size(gpu_memory_bytes)
+
+
+def sglang_cuda_graph_batch_sizes(gpu_memory_bytes: float, tp: int) -> tuple[int, ...]:
+    """SGLang 0.5's default decode CUDA-graph batch sizes (``cuda_graph_runner.get_batch_sizes_to_capture``).
+
+    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at the default
+    ``--cuda-graph-max-bs`` (:func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`). A larger decode batch runs
+    without a graph, unpadded.
+    """
+    sizes = [1, 2, 4, 8, *range(16, 161, 8)]
+    if gpu_memory_bytes > 96 * 2**30:
+        sizes += list(range(168, 257, 8))
+    cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp)
+    return tuple(size for size in sizes if size <= cap)
 
 
 @dataclass(eq=False)
@@ -117,6 +133,7 @@ class SGLangDefaultScheduler:
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO
     decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
     reserve_new_tokens: bool = True  # admission reserves room for answers (SGLang); vLLM allocates on demand
+    cuda_graph_bs: tuple[int, ...] = ()  # captured decode batch sizes (ascending); empty: no padding
     waiting: deque[_Request] = field(default_factory=deque)
     running: dict[int, _Request] = field(default_factory=dict)
     chunked: _Request | None = None
@@ -136,6 +153,11 @@ class SGLangDefaultScheduler:
     def kv(self, req: _Request) -> int:
         """KV tokens ``req`` holds now."""
         return req.kv + (self.decode_iter - req.join_iter) if req.live else req.kv
+
+    def graph_batch(self, batch: int) -> int:
+        """The batch a decode step runs at: padded up to the next captured CUDA-graph size, if one is that large."""
+        index = bisect.bisect_left(self.cuda_graph_bs, batch)
+        return self.cuda_graph_bs[index] if index < len(self.cuda_graph_bs) else batch
 
     def mean_context(self) -> float:
         """Mean KV tokens per running request."""
@@ -281,12 +303,15 @@ def replay_closed_loop(
     mixed_chunk: bool = False,
     range_ratio: float = 1.0,
     seed: int = 0,
+    cuda_graph_bs: tuple[int, ...] = (),
 ) -> ReplayResult:
     """Replay ``concurrency`` closed-loop clients sending ``rounds × concurrency`` requests on one worker.
 
     Input and output lengths are drawn per request by :func:`benchmark_lengths` with ``range_ratio`` (1: exactly
     ``isl`` / ``osl``), seeded by ``seed``. The first ``concurrency`` requests arrive together at time 0 (the
-    harness's warm-up requests have finished before its measured run starts).
+    harness's warm-up requests have finished before its measured run starts). ``cuda_graph_bs``: the decode batch
+    sizes the server captured as CUDA graphs (:func:`sglang_cuda_graph_batch_sizes`); a decode step runs padded to
+    the next one (none: the batch as it is).
 
     Raises:
         ReplayError: sizes that are not positive, or one request's prompt + answer larger than the pool.
@@ -300,6 +325,7 @@ def replay_closed_loop(
         max_prefill_tokens=max_prefill_tokens,
         max_running_requests=max_running_requests,
         mixed_chunk=mixed_chunk,
+        cuda_graph_bs=tuple(sorted(cuda_graph_bs)),
     )
     total = rounds * concurrency
     rng = np.random.RandomState(seed)
@@ -424,7 +450,7 @@ def _drive(
         elif sched.retract():
             continue
         else:
-            now += steps.decode_s(len(sched.running), sched.mean_context())
+            now += steps.decode_s(sched.graph_batch(len(sched.running)), sched.mean_context())
             sched.decode_step()
             decode_steps += 1
         max_used = max(max_used, sched.used_tokens)
@@ -465,4 +491,5 @@ __all__ = [
     "replay_closed_loop",
     "replay_open_loop",
     "sglang_chunked_prefill_size",
+    "sglang_cuda_graph_batch_sizes",
 ]
