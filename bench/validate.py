@@ -6,13 +6,18 @@ Datasets:
   ``systems/silicon_sample.csv`` (measured TTFT and TPOT of closed-loop benchmarks: ISL, OSL, concurrency, model,
   GPU, precision, parallelism). Each aggregated row the engine covers is replayed through
   :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool
-  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``. ``-kvbound``: rows whose
-  ``concurrency × (ISL + OSL)`` exceeds that pool. Measured E2E is ``TTFT + (OSL − 1) × TPOT`` (the rows have no
-  E2E column).
-* ``llmservingsim``: LLMServingSim's real vLLM 0.19 runs (``../shared/data/llmservingsim/bench``: 300 ShareGPT
-  requests each at their logged arrival times, per-request input/output tokens and TTFT / last-token times),
-  replayed open-loop with :func:`pearl_sched.sim.replay.replay_open_loop`'s ``vllm-v1`` policy and the runs' own
-  ``max_num_seqs`` / ``max_num_batched_tokens``; one row per run, means over its requests.
+  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``, as its benchmark client sent the
+  requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
+  the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
+  E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
+  back (:func:`parallelism`).
+* ``silicon-sglang-aic-estimate`` (``--aic-estimate``): aiconfigurator-core's own closed-form estimate of the same
+  rows, for comparison with the replay.
+* ``llmservingsim`` / ``llmservingsim-requests``: LLMServingSim's real vLLM 0.19 runs
+  (``../shared/data/llmservingsim/bench``: 300 ShareGPT requests each at their logged arrival times, per-request
+  input/output tokens and TTFT / last-token times), replayed open-loop with
+  :func:`pearl_sched.sim.replay.replay_open_loop`'s ``vllm-v1`` policy and the runs' own ``max_num_seqs`` /
+  ``max_num_batched_tokens`` (a data-parallel run as its ranks); one row per run and one per request.
 * ``dynamo``: NVIDIA Dynamo's profile of Llama-3.1-8B-Instruct-FP8 on H200 with vLLM, TP1 prefill / TP1 decode
   (``../shared/data/dynamo-h200-llama31-8b``): single-request prefill TTFT against ``prefill_s`` and decode ITL at a
   KV usage and context against ``decode_s`` (batch = usage × max KV tokens / context).
@@ -21,10 +26,11 @@ Prints one line per dataset, mode and target::
 
     validate dataset=<name> mode=<agg|disagg> target=<ttft|tpot|e2e> rows=<n> mape_pct=<x>
 
-plus ``validate-coverage`` lines (rows the engine cannot model, by reason) and the step-time ``source``.
+plus ``validate-coverage`` (rows not run, by reason), ``validate-rows`` (rows that exist and ran),
+``validate-unique`` (distinct measurements), ``validate-harness`` and the step-time ``validate-source`` lines.
 Nothing is fitted to these rows, except in the ``-calibrated`` datasets (``--calibrate``): there each row is replayed
 with the engine's online correction fitted on the other rows of the same deployment (never on the row itself).
-Run: ``python bench/validate.py [--rows N] [--calibrate] [--csv out.csv]``.
+Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate] [--kv-dtype-from-scripts] [--csv out.csv]``.
 """
 
 from __future__ import annotations
@@ -39,12 +45,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import AicCoverageError, AicStepTimes, StepTimeCalibration, aic_version
-from pearl_sched.sim.replay import ReplayError, replay_closed_loop, replay_open_loop, sglang_chunked_prefill_size
+from pearl_sched.sim.replay import (
+    ReplayError,
+    replay_closed_loop,
+    replay_open_loop,
+    sglang_chunked_prefill_size,
+    sglang_cuda_graph_batch_sizes,
+)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -61,8 +74,42 @@ SGLANG_KV_DTYPE = "bfloat16"
 The rows do not name a KV dtype; left unset, aiconfigurator-core infers FP8 KV from FP8 checkpoints."""
 POOLS: dict[int, int] = {}
 """KV pool tokens of each engine built here (aiconfigurator-core's estimate of SGLang's pool)."""
-ROUNDS = 5
-"""Requests per client in a replay (``rounds × concurrency`` requests, all measured, first burst included)."""
+
+
+@dataclass(frozen=True)
+class Harness:
+    """How a row's benchmark client sent its requests (what the replay reproduces)."""
+
+    name: str
+    range_ratio: float
+    """Lengths uniform in ``[int(L × range_ratio), L]`` (``--random-range-ratio``); 1: exactly ISL / OSL."""
+    prompts_per_client: int
+    """``--num-prompts`` / ``--max-concurrency``: requests per client in the measured run."""
+
+    def mean_osl(self, osl: int) -> float:
+        """The mean output length the harness asked for."""
+        lower = max(int(osl * self.range_ratio), 1)
+        return (lower + osl) / 2 if lower < osl else float(osl)
+
+
+INFERENCEMAX = Harness("InferenceMAX benchmark_serving.py", range_ratio=0.8, prompts_per_client=10)
+"""SemiAnalysis InferenceMAX/InferenceX (``benchmarks/benchmark_lib.sh`` ``run_benchmark_serving``): vLLM's
+``benchmark_serving.py --dataset-name random --random-range-ratio 0.8 --num-prompts 10×C --max-concurrency C
+--request-rate inf --ignore-eos --num-warmups 2×C``; ``RANDOM_RANGE_RATIO: 0.8`` in its benchmark workflow."""
+UNRECORDED = Harness("unrecorded (fixed lengths, 5 requests per client assumed)", range_ratio=1.0, prompts_per_client=5)
+"""The aiconfigurator gap-analysis rows name no harness; they are replayed with every request exactly ISL / OSL."""
+
+
+def harness_of(row: dict[str, str]) -> Harness:
+    """The benchmark client behind a silicon row, from its ``silicon_data_source``.
+
+    InferenceMAX rows are the database dumps (``db-dump/…; workflow_run_id=…``) and the dated CSV exports
+    (``source_file=2026-…csv``) with lmsysorg/sglang images; the rest are aiconfigurator's gap-analysis files.
+    """
+    source = row["silicon_data_source"]
+    if source.startswith("db-dump/") or source.startswith("source_file=2026-"):
+        return INFERENCEMAX
+    return UNRECORDED
 
 
 @dataclass
@@ -84,19 +131,61 @@ def _int(value: str) -> int | None:
     return int(float(value)) if value not in ("", "nan") else None
 
 
+def parallelism(row: dict[str, str]) -> tuple[int, int, int | None, int | None, bool]:
+    """(TP, attention-DP, MoE TP, MoE EP, corrected) of an aggregated row.
+
+    Some InferenceMAX rows record ``tp_size`` as TP × EP with ``moe_tp_size`` = TP (``tp_size`` 16 with MoE TP 4 /
+    EP 4, 64 with 8 / 8, on 8-GPU B200/B300 nodes): rows whose id names the layout (``…_tp4_ep4_…``) appear both
+    ways in the file, and a single-node aggregated run cannot have TP 16 or 64. Where ``tp_size`` = MoE TP × MoE EP,
+    EP > 1 and ``tp_size`` exceeds the node's GPUs, the row is read as TP = ``moe_tp_size`` with EP over the same
+    GPUs (MoE TP = TP / EP), and ``corrected`` is True.
+    """
+    tp = _int(row["tp_size"]) or 1
+    adp = _int(row["attention_dp_size"]) or 1
+    moe_tp, moe_ep = _int(row["moe_tp_size"]), _int(row["moe_ep_size"])
+    if moe_tp and moe_ep and moe_ep > 1 and tp == moe_tp * moe_ep and tp > _gpus_per_node(row["system"]):
+        return moe_tp, adp, max(moe_tp // moe_ep, 1), moe_ep, True
+    return tp, adp, moe_tp, moe_ep, False
+
+
+def _gpus_per_node(system: str) -> int:
+    import aiconfigurator_core
+    import yaml
+
+    spec = Path(aiconfigurator_core.__file__).parent / "systems" / f"{system}.yaml"
+    if not spec.is_file():
+        return 8
+    return int(yaml.safe_load(spec.read_text()).get("node", {}).get("num_gpus_per_node", 8))
+
+
+SCRIPT_KV_FP8 = False
+"""``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
+
+
+def script_kv_dtype(row: dict[str, str]) -> str:
+    """The KV dtype the row's server ran with, as far as the launch scripts say (``--kv-dtype-from-scripts``).
+
+    InferenceMAX's current ``benchmarks/single_node/fixed_seq_len`` scripts pass ``--kv-cache-dtype fp8_e4m3`` for
+    DeepSeek-R1 on B200/B300 (FP8 and FP4) and Qwen3.5 FP8/FP4 on B200/B300/H200/H100, and nothing (SGLang's ``auto``:
+    bf16) for DeepSeek-R1 FP8 on H200 and the bf16 Qwen3.5 runs. The scripts changed over the months the rows span,
+    so this is a reading of today's scripts, reported beside the default, never instead of it.
+    """
+    if not SCRIPT_KV_FP8 or harness_of(row) is not INFERENCEMAX or row["precision"] == "bf16":
+        return SGLANG_KV_DTYPE
+    deepseek = row["model_path"].startswith("deepseek-ai/")
+    if deepseek and row["system"] in ("b200_sxm", "b300_sxm"):
+        return "fp8"
+    if row["model_path"].startswith("Qwen/Qwen3.5"):
+        return "fp8"
+    return SGLANG_KV_DTYPE
+
+
 def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | str]) -> AicStepTimes | str:
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
-    tp = _int(row["tp_size"]) or 1
-    key = (
-        model,
-        row["system"],
-        row["gemm_quant_mode"] or None,
-        row["moe_quant_mode"] or None,
-        tp,
-        _int(row["attention_dp_size"]) or 1,
-        _int(row["moe_tp_size"]),
-        _int(row["moe_ep_size"]),
-    )
+    tp, adp, moe_tp, moe_ep, _ = parallelism(row)
+    kv = script_kv_dtype(row)
+    key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
+    key += (kv,)
     if key not in cache:
         try:
             engine = AicStepTimes(
@@ -104,13 +193,13 @@ def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | 
                 row["system"],
                 "sglang",
                 tp=tp,
-                attention_dp=_int(row["attention_dp_size"]) or 1,
-                moe_tp=_int(row["moe_tp_size"]),
-                moe_ep=_int(row["moe_ep_size"]),
+                attention_dp=adp,
+                moe_tp=moe_tp,
+                moe_ep=moe_ep,
                 gemm_quant_mode=row["gemm_quant_mode"] or None,
                 moe_quant_mode=row["moe_quant_mode"] or None,
-                kvcache_quant_mode=SGLANG_KV_DTYPE,
-                fmha_quant_mode=SGLANG_KV_DTYPE,
+                kvcache_quant_mode=kv,
+                fmha_quant_mode=SGLANG_KV_DTYPE,  # attention in bf16 (the engine has no FP8 context MLA data)
             )
             POOLS[id(engine)] = engine.kv_capacity_tokens()
             cache[key] = engine
@@ -131,6 +220,9 @@ class Replayed:
     osl: int
     concurrency: int
     chunk: int
+    harness: Harness
+    tp_corrected: bool = False
+    backend_version: str = ""
 
 
 def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
@@ -147,7 +239,10 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
     source = ""
     for row in rows[:limit] if limit else rows:
         if row["mode"] != "agg":
-            skipped["disagg rows: not replayed yet (needs the PD world)"] += 1
+            if row["prefill_num_workers"] and row["decode_num_workers"]:
+                skipped["disagg rows with worker counts: no PD replay with attention-DP ranks yet"] += 1
+            else:
+                skipped["disagg rows without prefill/decode worker counts: the deployment is not recorded"] += 1
             continue
         engine = _engine(row, cache)
         if isinstance(engine, str):
@@ -156,9 +251,18 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
         pool = POOLS[id(engine)]
         chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
+        harness = harness_of(row)
         try:
             res = replay_closed_loop(
-                engine, isl=isl, osl=osl, concurrency=conc, pool_tokens=pool, chunked_prefill_size=chunk, rounds=ROUNDS
+                engine,
+                isl=isl,
+                osl=osl,
+                concurrency=conc,
+                pool_tokens=pool,
+                chunked_prefill_size=chunk,
+                rounds=harness.prompts_per_client,
+                range_ratio=harness.range_ratio,
+                cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
             )
         except ReplayError as exc:
             skipped[f"replay refused: {exc}"[:90]] += 1
@@ -170,11 +274,89 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         tpot = float(row["silicon_tpot_ms"]) / 1e3
         dataset = "silicon-sglang-kvbound" if conc * (isl + osl) > pool else "silicon-sglang"
-        measured = Row(
-            dataset, "agg", row["id"], ttft, tpot, ttft + (osl - 1) * tpot, res.ttft_s, res.tpot_s, res.e2e_s
+        e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
+        measured = Row(dataset, "agg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
+        out.append(
+            Replayed(measured, engine, isl, osl, conc, chunk, harness, parallelism(row)[4], row["backend_version"])
         )
-        out.append(Replayed(measured, engine, isl, osl, conc, chunk))
     return out, skipped, source
+
+
+def aic_estimate_rows(replayed: list[Replayed]) -> tuple[list[Row], Counter[str]]:
+    """aiconfigurator-core's own closed-form estimate of each replayed row, for comparison with the replay.
+
+    The same call aiconfigurator's ``tools/accuracy_regression_testing/predict_silicon_sample.py`` makes through
+    ``cli_estimate(mode="agg")``: the SGLang backend's ``run_agg`` at ``batch_size`` = the row's concurrency and
+    ``ctx_tokens`` = ISL (its default), with the row's GEMM / MoE precision, the context-attention precision
+    resolved from the perf data, and the perf database of the row's SGLang version where the package has one (else
+    its current one), as that tool does. The parallelism is the replay's (:func:`parallelism`). E2E is
+    ``TTFT + (mean OSL − 1) × TPOT`` as for the measured rows.
+    """
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
+    from aiconfigurator_core.sdk.engine import _literal_backend_version
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.models.helpers import resolve_context_fmha_by_data, resolve_nvfp4_for_system
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    systems = str(Path(aiconfigurator_core.__file__).parent / "systems")
+    databases: dict[tuple[str, str], object] = {}
+    out: list[Row] = []
+    failed: Counter[str] = Counter()
+    for item in replayed:
+        engine, r = item.engine, item.row
+        try:
+            key = (engine.gpu, item.backend_version)
+            if key not in databases:
+                databases[key] = _aic_database(get_database, _literal_backend_version, engine.gpu, key[1], systems)
+            database = databases[key]
+            config = ModelConfig(
+                tp_size=engine.tp,
+                attention_dp_size=engine.attention_dp,
+                moe_tp_size=engine.moe_tp,
+                moe_ep_size=engine.moe_ep,
+                gemm_quant_mode=common.GEMMQuantMode[engine.gemm_quant_mode] if engine.gemm_quant_mode else None,
+                moe_quant_mode=common.MoEQuantMode[engine.moe_quant_mode] if engine.moe_quant_mode else None,
+            )
+            if _is_moe(engine.model_id):
+                config.moe_tp_size, config.moe_ep_size = config.resolve_moe_parallelism()
+            resolve_context_fmha_by_data(config, engine.model_id, database, "sglang", is_context_role=True)
+            resolve_nvfp4_for_system(config, engine.gpu, engine.model_id)
+            model = get_model(engine.model_id, config, "sglang")
+            runtime = RuntimeConfig(isl=item.isl, osl=item.osl, batch_size=item.concurrency)
+            # a fresh backend per row: run_agg memoises by (ISL, OSL, batch, ctx_tokens) only, not by model
+            result = get_backend("sglang").run_agg(model, database, runtime, ctx_tokens=item.isl).get_result_dict()
+        except Exception as exc:
+            failed[f"{engine.model_id} {engine.gpu}: {str(exc).strip()[:70] or type(exc).__name__}"] += 1
+            continue
+        ttft, tpot = result["ttft"] / 1e3, result["tpot"] / 1e3
+        e2e = ttft + (item.harness.mean_osl(item.osl) - 1) * tpot
+        dataset = r.dataset.replace("silicon-sglang", "silicon-sglang-aic-estimate")
+        out.append(
+            Row(dataset, r.mode, r.row_id, r.measured_ttft_s, r.measured_tpot_s, r.measured_e2e_s, ttft, tpot, e2e)
+        )
+    return out, failed
+
+
+def _aic_database(get_database: Any, literal_version: Any, gpu: str, version: str, systems: str) -> object:
+    """The perf database of ``version`` where the package ships one, else its current one (as aiconfigurator's
+    predict_silicon_sample falls back)."""
+    if version:
+        try:
+            database = get_database(gpu, "sglang", version, systems_paths=systems)
+        except (ValueError, KeyError, FileNotFoundError):
+            database = None
+        if database is not None:
+            return database
+    return get_database(gpu, "sglang", literal_version(gpu, "sglang", None, systems, None), systems_paths=systems)
+
+
+def _is_moe(model_id: str) -> bool:
+    from aiconfigurator_core.sdk.models.helpers import check_is_moe
+
+    return bool(check_is_moe(model_id))
 
 
 def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
@@ -204,7 +386,9 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
                     concurrency=item.concurrency,
                     pool_tokens=POOLS[id(engine)],
                     chunked_prefill_size=item.chunk,
-                    rounds=ROUNDS,
+                    rounds=item.harness.prompts_per_client,
+                    range_ratio=item.harness.range_ratio,
+                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
                 )
             finally:
                 engine.calibration = None
@@ -258,8 +442,22 @@ def dynamo_rows() -> tuple[list[Row], str]:
     return out, engine.source
 
 
+def deal_to_ranks(arrivals: list[tuple[float, int, int]], ranks: int) -> list[list[int]]:
+    """Indices of ``arrivals`` per data-parallel rank: dealt in arrival order, each rank's list in arrival order."""
+    order = sorted(range(len(arrivals)), key=lambda k: arrivals[k])
+    return [order[rank::ranks] for rank in range(ranks)]
+
+
 def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
-    """LLMServingSim's real vLLM 0.19 runs (300 ShareGPT requests each), replayed open-loop with vLLM's policy."""
+    """LLMServingSim's real vLLM 0.19 runs (300 ShareGPT requests each), replayed open-loop with vLLM's policy.
+
+    A run with ``data_parallel_size`` > 1 (Qwen3-30B-A3B: DP 2 with expert parallelism) is replayed as that many
+    engine ranks, each with its own scheduler and KV pool and the engine's step times at attention-DP = DP (and
+    MoE EP = TP × DP when ``enable_expert_parallel``); requests are dealt to the ranks in arrival order (vLLM's DP
+    client sends each to the least loaded rank; with one arrival stream of similar requests that alternates) and
+    the ranks' MoE synchronisation (an idle rank runs dummy steps) is not modelled. Rows: one per run (means over its
+    requests, ``llmservingsim``) and one per request (``llmservingsim-requests``).
+    """
     import json
 
     out: list[Row] = []
@@ -270,9 +468,12 @@ def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
         meta = json.loads(meta_path.read_text())
         kwargs = meta["engine_kwargs"]
         gpu = systems.get(meta_path.parents[2].name, meta_path.parents[2].name)
+        tp = int(kwargs["tensor_parallel_size"])
+        dp = int(kwargs.get("data_parallel_size") or 1)
+        ep = tp * dp if kwargs.get("enable_expert_parallel") else None
         try:
             model = MODEL_ALIASES.get(meta["model"], meta["model"])
-            engine = AicStepTimes(model, gpu, "vllm", tp=int(kwargs["tensor_parallel_size"]))
+            engine = AicStepTimes(model, gpu, "vllm", tp=tp, attention_dp=dp, moe_ep=ep)
             pool = engine.kv_capacity_tokens()
         except AicCoverageError as exc:
             skipped[f"{meta['model']} on {gpu}: {str(exc)[:80]}"] += 1
@@ -280,33 +481,49 @@ def llmservingsim_rows() -> tuple[list[Row], Counter[str], str]:
         requests = [json.loads(line) for line in (meta_path.parent / "requests.jsonl").read_text().splitlines()]
         t0 = min(r["arrival_time"] for r in requests)
         arrivals = [(r["arrival_time"] - t0, int(r["input_toks"]), int(r["output_toks"])) for r in requests]
-        res = replay_open_loop(
-            engine,
-            arrivals,
-            pool_tokens=pool,
-            policy="vllm-v1",
-            max_num_batched_tokens=int(kwargs["max_num_batched_tokens"]),
-            max_running_requests=int(kwargs["max_num_seqs"]),
-        )
-        ttft = [r["first_token_ts"] - r["queued_ts"] for r in requests]
-        e2e = [r["last_token_ts"] - r["queued_ts"] for r in requests]
-        tpot = [(e - t) / max(r["output_toks"] - 1, 1) for e, t, r in zip(e2e, ttft, requests, strict=True)]
-        name = f"{meta_path.parents[2].name}/{meta_path.parents[1].name}"
-        out.append(
-            Row(
-                "llmservingsim",
-                "agg",
-                name,
-                float(np.mean(ttft)),
-                float(np.mean(tpot)),
-                float(np.mean(e2e)),
-                res.ttft_s,
-                res.tpot_s,
-                res.e2e_s,
+        sim: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * len(requests)
+        for mine in deal_to_ranks(arrivals, dp):
+            res = replay_open_loop(
+                engine,
+                [arrivals[k] for k in mine],
+                pool_tokens=pool,
+                policy="vllm-v1",
+                max_num_batched_tokens=int(kwargs["max_num_batched_tokens"]),
+                max_running_requests=int(kwargs["max_num_seqs"]),
             )
-        )
-        sources.append(engine.source)
+            for k, times in zip(mine, res.per_request, strict=True):
+                sim[k] = times
+        name = f"{meta_path.parents[2].name}/{meta_path.parents[1].name}"
+        measured: list[tuple[float, float, float]] = []
+        for k, r in enumerate(requests):
+            ttft = r["first_token_ts"] - r["queued_ts"]
+            e2e = r["last_token_ts"] - r["queued_ts"]
+            tpot = (e2e - ttft) / (r["output_toks"] - 1) if r["output_toks"] > 1 else math.nan
+            measured.append((ttft, tpot, e2e))
+            out.append(Row("llmservingsim-requests", "agg", f"{name}#{r['request_id']}", ttft, tpot, e2e, *sim[k]))
+        m, p = np.array(measured), np.array(sim)
+        out.append(Row("llmservingsim", "agg", name, *np.nanmean(m, axis=0).tolist(), *np.nanmean(p, axis=0).tolist()))
+        sources.append(engine.source + (f" x{dp} DP ranks" if dp > 1 else ""))
     return out, skipped, "; ".join(sources)
+
+
+def unique_line(replayed: list[Replayed]) -> str:
+    """MAPE over distinct measurements: the file repeats one benchmark under several ids (a database dump and two
+    dated exports), so rows with the same model, GPU, ISL, OSL, concurrency and measured TTFT / TPOT count once."""
+    seen: dict[tuple[object, ...], Row] = {}
+    for item in replayed:
+        r = item.row
+        seen.setdefault((item.engine.model_id, item.engine.gpu, item.isl, item.osl, item.concurrency,
+                         r.measured_ttft_s, r.measured_tpot_s), r)  # fmt: skip
+    rows = list(seen.values())
+    if not rows:
+        return "validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows=0"
+    parts = []
+    for target in ("ttft", "tpot", "e2e"):
+        measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
+        sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
+        parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
+    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows={len(rows)} {' '.join(parts)}"
 
 
 def mape_lines(rows: list[Row]) -> list[str]:
@@ -340,16 +557,43 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also replay each SGLang row with the engine calibrated on the other rows of its deployment",
     )
+    parser.add_argument(
+        "--aic-estimate",
+        action="store_true",
+        help="also print aiconfigurator-core's own closed-form estimate of the same rows (silicon-sglang-aic-estimate)",
+    )
+    parser.add_argument(
+        "--kv-dtype-from-scripts",
+        action="store_true",
+        help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
+    )
     args = parser.parse_args(argv)
+    global SCRIPT_KV_FP8
+    SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     replayed, skipped, source = silicon_rows(args.rows)
     rows = [r.row for r in replayed]
     if args.calibrate:
         rows += calibrated_rows(replayed)
+    if args.aic_estimate:
+        estimates, failed = aic_estimate_rows(replayed)
+        rows += estimates
+        for reason, n in failed.most_common():
+            print(f"validate-coverage dataset=silicon-sglang-aic-estimate rows={n} not_run={reason}")
     print(f"validate-source dataset=silicon-sglang {source} (model/GPU/parallelism per row)")
+    for harness in (INFERENCEMAX, UNRECORDED):
+        n = sum(item.harness is harness for item in replayed)
+        print(f"validate-harness dataset=silicon-sglang rows={n} harness={harness.name!r}")
+    corrected = sum(item.tp_corrected for item in replayed)
+    print(f"validate-note dataset=silicon-sglang rows={corrected} tp_size recorded as TP x EP, read as TP")
     for reason, n in skipped.most_common():
         print(f"validate-coverage dataset=silicon-sglang rows={n} not_run={reason}")
+    print(
+        f"validate-rows dataset=silicon-sglang exist={len(replayed) + sum(skipped.values())} replayed={len(replayed)}"
+        f" not_replayed={sum(skipped.values())} (reasons: the validate-coverage lines)"
+    )
+    print(unique_line(replayed))
     if (DATA / "dynamo-h200-llama31-8b").is_dir():
         dyn, dyn_source = dynamo_rows()
         rows += dyn
@@ -362,6 +606,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate-source dataset=llmservingsim {lss_source}")
         for reason, n in lss_skipped.items():
             print(f"validate-coverage dataset=llmservingsim rows={n} not_run={reason}")
+        runs = sum(r.dataset == "llmservingsim" for r in lss)
+        print(
+            f"validate-rows dataset=llmservingsim exist={runs + sum(lss_skipped.values())} runs replayed={runs}"
+            f" ({sum(r.dataset == 'llmservingsim-requests' for r in lss)} requests)"
+        )
     for line in mape_lines(rows):
         print(line)
     if args.csv:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pearl_sched.sim.replay import ReplayError, replay_closed_loop, replay_open_loop, sglang_chunked_prefill_size
+from pearl_sched.sim.replay import (
+    ReplayError,
+    benchmark_lengths,
+    replay_closed_loop,
+    replay_open_loop,
+    sglang_chunked_prefill_size,
+    sglang_cuda_graph_batch_sizes,
+)
 from pearl_sched.sim.steptimes import StepTimes
 
 
@@ -81,7 +89,7 @@ def test_mixed_chunk_runs_prefill_with_decode() -> None:
     slack=st.floats(1.0, 30.0),
 )
 def test_pool_is_never_exceeded_and_every_request_finishes(isl: int, osl: int, concurrency: int, slack: float) -> None:
-    pool = int((isl + osl) * slack)
+    pool = int((isl + osl) * slack) + 1  # SGLang admits only when prompt + answer < free tokens
     steps = FakeSteps()
     res = replay_closed_loop(steps, isl=isl, osl=osl, concurrency=concurrency, pool_tokens=pool, rounds=2)
     assert res.max_used_tokens <= pool
@@ -147,10 +155,79 @@ def test_open_loop_refuses_bad_requests() -> None:
 def test_open_loop_pool_invariant_and_token_accounting(
     sizes: list[tuple[int, int]], gap: float, slack: float, policy: str
 ) -> None:
-    pool = int(max(i + o for i, o in sizes) * slack)
+    pool = int(max(i + o for i, o in sizes) * slack) + 1
     steps = FakeSteps()
     requests = [(gap * k, i, o) for k, (i, o) in enumerate(sizes)]
     res = replay_open_loop(steps, requests, pool_tokens=pool, policy=policy, max_num_batched_tokens=1024)
     assert res.max_used_tokens <= pool
     assert res.requests == len(sizes)
     assert steps.prefill_tokens >= sum(i for i, _ in sizes)  # every prompt computed (retracted ones again)
+
+
+def test_admission_reserves_the_new_requests_whole_clipped_answer() -> None:
+    # SGLang's PrefillAdder.add_one_req: prompt + min(max_new, 4096) must be below the free tokens, where running
+    # requests (and requests already in the batch) reserve their answers; only the running ones scaled by the ratio.
+    res = replay_closed_loop(FakeSteps(), isl=100, osl=1000, concurrency=2, pool_tokens=2000, rounds=1)
+    # 1100 + 1100 > 2000: the second prompt waits for the next iteration (and, the pool being short of both answers,
+    # one request is later retracted and prefilled once more)
+    assert res.prefill_steps - res.retractions == 2
+    res = replay_closed_loop(FakeSteps(), isl=100, osl=1000, concurrency=2, pool_tokens=2201, rounds=1)
+    assert (res.prefill_steps, res.retractions) == (1, 0)
+
+
+def test_a_request_filling_the_pool_exactly_is_refused() -> None:
+    with pytest.raises(ReplayError, match="does not fit"):
+        replay_closed_loop(FakeSteps(), isl=100, osl=100, concurrency=1, pool_tokens=200)
+
+
+def test_benchmark_lengths_follow_the_harness_range() -> None:
+    rng = np.random.RandomState(0)
+    lengths = benchmark_lengths(1000, 5000, 0.8, rng)
+    assert min(lengths) == 800 and max(lengths) == 1000
+    assert np.mean(lengths) == pytest.approx(900, abs=5)
+    assert benchmark_lengths(1000, 3, 1.0, rng) == [1000, 1000, 1000]
+    with pytest.raises(ReplayError, match="range_ratio"):
+        benchmark_lengths(1000, 3, 0.0, rng)
+
+
+def test_unequal_lengths_spread_the_prefills_over_the_run() -> None:
+    # lock-step clients prefill together each round; with lengths drawn from [0.8, 1] x the clients drift apart, so
+    # a prompt meets fewer others in the queue (lower TTFT) and decode steps are interleaved with prefills
+    kwargs = {"isl": 4000, "osl": 200, "concurrency": 16, "pool_tokens": 200_000, "rounds": 10}
+    lockstep = replay_closed_loop(FakeSteps(), **kwargs, chunked_prefill_size=4096)
+    spread = replay_closed_loop(FakeSteps(), **kwargs, chunked_prefill_size=4096, range_ratio=0.8)
+    assert spread.requests == lockstep.requests == 160
+    assert spread.ttft_s < lockstep.ttft_s
+    assert spread.tpot_s > lockstep.tpot_s
+
+
+def test_replay_is_deterministic_per_seed() -> None:
+    kwargs = {"isl": 500, "osl": 50, "concurrency": 8, "pool_tokens": 50_000, "range_ratio": 0.8}
+    a = replay_closed_loop(FakeSteps(), **kwargs, seed=1)
+    b = replay_closed_loop(FakeSteps(), **kwargs, seed=1)
+    c = replay_closed_loop(FakeSteps(), **kwargs, seed=2)
+    assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s)
+    assert (a.ttft_s, a.tpot_s) != (c.ttft_s, c.tpot_s)
+
+
+def test_decode_steps_run_at_the_captured_cuda_graph_batch() -> None:
+    # three clients decode as a batch of 3, padded to the captured 4 (FakeSteps: 5 ms + 0.01 ms per sequence)
+    plain = replay_closed_loop(FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1)
+    padded = replay_closed_loop(
+        FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1, cuda_graph_bs=(1, 2, 4, 8)
+    )
+    assert plain.tpot_s == pytest.approx(0.005 + 3e-5)
+    assert padded.tpot_s == pytest.approx(0.005 + 4e-5)
+    # larger than every captured size: no graph, no padding
+    eager = replay_closed_loop(
+        FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1, cuda_graph_bs=(1, 2)
+    )
+    assert eager.tpot_s == pytest.approx(plain.tpot_s)
+
+
+def test_sglang_cuda_graph_sizes() -> None:
+    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1)
+    assert h100[:5] == (1, 2, 4, 8, 16) and h100[-1] == 160  # 80 GiB: no sizes above 160
+    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
+    assert b200[-1] == 256 and 24 in b200 and 12 not in b200
+    assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB

@@ -1,8 +1,12 @@
 """Closed-loop serving benchmarks replayed on one simulated SGLang server, for validating step times.
 
-A benchmark row (ISL, OSL, concurrency ``C``) is ``C`` clients, each sending a fresh ISL-token prompt with
-``max_new_tokens = OSL`` (EOS ignored), waiting for the whole answer, then sending the next — as
-``sglang.bench_serving --max-concurrency C`` runs it. :func:`replay_closed_loop` plays that on one worker with SGLang's
+A benchmark row (ISL, OSL, concurrency ``C``) is ``C`` clients sharing a list of requests: each client sends the
+next request of the list (``max_new_tokens`` = its output length, EOS ignored), waits for the whole answer, then
+sends the next — as ``sglang.bench_serving`` / vLLM's ``benchmark_serving.py --max-concurrency C --request-rate inf``
+run it. Request lengths are drawn as those harnesses' ``random`` dataset draws them: uniform integers in
+``[int(ISL × range_ratio), ISL]`` and ``[int(OSL × range_ratio), OSL]`` (``range_ratio`` 1: every request exactly
+ISL / OSL). Unequal lengths de-synchronise the clients after the first burst, so later prompts arrive while others
+decode. :func:`replay_closed_loop` plays that on one worker with SGLang's
 default scheduling (``python/sglang/srt/managers/scheduler.py`` and ``schedule_policy.py``):
 
 * **prefill first**: every iteration first tries to build a prefill batch from the waiting queue (FCFS); only when
@@ -11,10 +15,13 @@ default scheduling (``python/sglang/srt/managers/scheduler.py`` and ``schedule_p
   ``StepTimes.mixed_s``).
 * **chunked prefill**: a prefill batch takes at most ``chunked_prefill_size`` new tokens (and ``max_prefill_tokens``);
   a prompt longer than what is left is cut and continued in the next prefill batch (one chunked request at a time).
-* **admission against the KV pool**: a request is admitted when its prompt plus ``min(max_new_tokens, 4096) ×
-  new_token_ratio`` fits in the pool after reserving the same for every running request's remaining tokens; the
-  ratio starts at 0.7, decays by 0.001 per decode step to 0.098 (SGLang's ``init/min_new_token_ratio`` and
-  ``new_token_ratio_decay`` at ``schedule_conservativeness`` 1).
+* **admission against the KV pool** (``PrefillAdder.add_one_req``): a request is admitted when its whole
+  remaining prompt plus ``min(max_new_tokens, 4096)`` (the clip, *not* scaled by the ratio) is below what the pool
+  has left after reserving ``min(remaining new tokens, 4096) × new_token_ratio`` for every running request and the
+  full clip for each request already admitted to the same batch; a chunked prompt's later chunks are not checked
+  again (``add_chunked_req``). The ratio starts at 0.7, decays per decode step to ``0.7 × 0.14`` over 600 steps
+  (SGLang's ``init/min_new_token_ratio`` and ``new_token_ratio_decay`` at ``schedule_conservativeness`` 1). These
+  constants and the chunk-size tiers are the ones :mod:`pearl_sched.sim.memory` defines for the simulator.
 * **retraction**: when a decode step cannot get one KV slot per running request, the requests with the fewest
   generated tokens are retracted (their KV freed) until it can; they go back to the front of the queue and are
   prefilled again from scratch (prompt + what they had generated; no radix cache here) and the ratio is reset
@@ -22,25 +29,35 @@ default scheduling (``python/sglang/srt/managers/scheduler.py`` and ``schedule_p
 * **continuous batching**: requests leave the batch at their last token, new ones join after their prefill.
 
 The measured quantities are the benchmark's: per request TTFT (arrival → first token, which the prefill step
-emits), TPOT ((E2E − TTFT) / (OSL − 1)) and E2E, averaged over every request of ``rounds × C``.
+emits), TPOT ((E2E − TTFT) / (output tokens − 1), over requests with more than one output token) and E2E, averaged
+over every request of ``rounds × C``.
 The scheduler is one class (:class:`SGLangDefaultScheduler`) so that the simulator's full SGLang world can replace it.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pearl_sched.errors import PearlSchedError
+from pearl_sched.sim.memory import (
+    CLIP_MAX_NEW_TOKENS,
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO_FACTOR,
+    NEW_TOKEN_RATIO_DECAY_STEPS,
+    RETRACT_DECODE_STEPS,
+    default_chunked_prefill_size,
+    default_cuda_graph_max_bs,
+)
 from pearl_sched.sim.steptimes import StepTimes
 
-CLIP_MAX_NEW_TOKENS = 4096
-"""SGLang's ``CLIP_MAX_NEW_TOKENS_ESTIMATION``: the reservation per request counts at most this many new tokens."""
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
-NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
-RETRACT_DECODE_STEPS = 20
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
 
 
 class ReplayError(PearlSchedError, ValueError):
@@ -48,15 +65,22 @@ class ReplayError(PearlSchedError, ValueError):
 
 
 def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
-    """SGLang's default ``chunked_prefill_size`` by GPU memory (server_args ``_handle_gpu_memory_settings``)."""
-    gib = gpu_memory_bytes / 2**30
-    if gib < 35:
-        return 2048
-    if gib < 60:
-        return 4096
-    if gib < 160:
-        return 8192
-    return 16384
+    """SGLang's default ``chunked_prefill_size`` by GPU memory (``memory.default_chunked_prefill_size``)."""
+    return default_chunked_prefill_size(gpu_memory_bytes)
+
+
+def sglang_cuda_graph_batch_sizes(gpu_memory_bytes: float, tp: int) -> tuple[int, ...]:
+    """SGLang 0.5's default decode CUDA-graph batch sizes (``cuda_graph_runner.get_batch_sizes_to_capture``).
+
+    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at the default
+    ``--cuda-graph-max-bs`` (:func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`). A larger decode batch runs
+    without a graph, unpadded.
+    """
+    sizes = [1, 2, 4, 8, *range(16, 161, 8)]
+    if gpu_memory_bytes > 96 * 2**30:
+        sizes += list(range(168, 257, 8))
+    cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp)
+    return tuple(size for size in sizes if size <= cap)
 
 
 @dataclass(eq=False)
@@ -87,6 +111,8 @@ class ReplayResult:
     decode_steps: int
     max_used_tokens: int
     pool_tokens: int
+    per_request: list[tuple[float, float, float]] = field(default_factory=list)
+    """(TTFT, TPOT, E2E) seconds of each request in the order it was sent (TPOT NaN for one output token)."""
 
 
 @dataclass
@@ -106,6 +132,8 @@ class SGLangDefaultScheduler:
     mixed_chunk: bool = False
     new_token_ratio: float = INIT_NEW_TOKEN_RATIO
     decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
+    reserve_new_tokens: bool = True  # admission reserves room for answers (SGLang); vLLM allocates on demand
+    cuda_graph_bs: tuple[int, ...] = ()  # captured decode batch sizes (ascending); empty: no padding
     waiting: deque[_Request] = field(default_factory=deque)
     running: dict[int, _Request] = field(default_factory=dict)
     chunked: _Request | None = None
@@ -125,6 +153,11 @@ class SGLangDefaultScheduler:
     def kv(self, req: _Request) -> int:
         """KV tokens ``req`` holds now."""
         return req.kv + (self.decode_iter - req.join_iter) if req.live else req.kv
+
+    def graph_batch(self, batch: int) -> int:
+        """The batch a decode step runs at: padded up to the next captured CUDA-graph size, if one is that large."""
+        index = bisect.bisect_left(self.cuda_graph_bs, batch)
+        return self.cuda_graph_bs[index] if index < len(self.cuda_graph_bs) else batch
 
     def mean_context(self) -> float:
         """Mean KV tokens per running request."""
@@ -152,18 +185,24 @@ class SGLangDefaultScheduler:
         for req in queue:
             if rem_chunk <= 0 or rem_input <= 0:
                 break
-            if req is not self.chunked and len(self.running) + len(batch) >= self.max_running_requests:
+            continuing = req is self.chunked
+            if not continuing and len(self.running) + len(batch) >= self.max_running_requests:
                 break
             left = req.target - req.prefilled
             take = min(left, rem_chunk, rem_input)
-            reserve = min(req.osl - req.generated, CLIP_MAX_NEW_TOKENS) * self.new_token_ratio
-            need = take + (reserve if take == left else 0.0)
-            if need > rem_total:
+            if continuing:  # add_chunked_req: the next chunk is cut to what the pool has left
+                take = min(take, int(rem_total))
+                if take <= 0:
+                    break
+            reserve = float(min(req.osl - req.generated, CLIP_MAX_NEW_TOKENS)) if self.reserve_new_tokens else 0.0
+            # PrefillAdder.add_one_req: the whole remaining prompt plus the clipped answer must fit (a chunked
+            # request's later chunks are added without the check: add_chunked_req)
+            if not continuing and (left + reserve >= rem_total if self.reserve_new_tokens else take > rem_total):
                 break
             batch.append((req, take, req.prefilled))
             rem_chunk -= take
             rem_input -= take
-            rem_total -= need
+            rem_total -= take + (reserve if take == left else 0.0)
             if take < left:
                 break  # one chunked request, and it ends the batch
         for req, take, _ in batch:
@@ -236,6 +275,20 @@ class SGLangDefaultScheduler:
         return len(victims)
 
 
+def benchmark_lengths(length: int, count: int, range_ratio: float, rng: np.random.RandomState) -> list[int]:
+    """``count`` lengths as the benchmark harnesses' ``random`` dataset draws them.
+
+    vLLM's ``benchmark_serving.py`` (``sample_random_requests``) and ``sglang.bench_serving``: uniform integers in
+    ``[int(length × range_ratio), length]``; ``range_ratio`` 1 gives ``length`` every time.
+    """
+    if not 0.0 < range_ratio <= 1.0:
+        raise ReplayError(f"range_ratio must be in (0, 1], got {range_ratio}")
+    lower = max(int(length * range_ratio), 1)
+    if lower >= length:
+        return [length] * count
+    return [int(x) for x in rng.randint(lower, length + 1, size=count)]
+
+
 def replay_closed_loop(
     steps: StepTimes,
     *,
@@ -245,10 +298,20 @@ def replay_closed_loop(
     pool_tokens: int,
     chunked_prefill_size: int = 8192,
     max_prefill_tokens: int = 16384,
+    max_running_requests: int = 4096,
     rounds: int = 5,
     mixed_chunk: bool = False,
+    range_ratio: float = 1.0,
+    seed: int = 0,
+    cuda_graph_bs: tuple[int, ...] = (),
 ) -> ReplayResult:
-    """Replay ``concurrency`` closed-loop clients for ``rounds × concurrency`` requests on one worker.
+    """Replay ``concurrency`` closed-loop clients sending ``rounds × concurrency`` requests on one worker.
+
+    Input and output lengths are drawn per request by :func:`benchmark_lengths` with ``range_ratio`` (1: exactly
+    ``isl`` / ``osl``), seeded by ``seed``. The first ``concurrency`` requests arrive together at time 0 (the
+    harness's warm-up requests have finished before its measured run starts). ``cuda_graph_bs``: the decode batch
+    sizes the server captured as CUDA graphs (:func:`sglang_cuda_graph_batch_sizes`); a decode step runs padded to
+    the next one (none: the batch as it is).
 
     Raises:
         ReplayError: sizes that are not positive, or one request's prompt + answer larger than the pool.
@@ -260,9 +323,15 @@ def replay_closed_loop(
         pool_tokens,
         chunked_prefill_size=chunked_prefill_size,
         max_prefill_tokens=max_prefill_tokens,
+        max_running_requests=max_running_requests,
         mixed_chunk=mixed_chunk,
+        cuda_graph_bs=tuple(sorted(cuda_graph_bs)),
     )
-    return _drive(sched, [(0.0, isl, osl)] * concurrency, rounds * concurrency, closed_loop=True)
+    total = rounds * concurrency
+    rng = np.random.RandomState(seed)
+    isls = benchmark_lengths(isl, total, range_ratio, rng)
+    osls = benchmark_lengths(osl, total, range_ratio, rng)
+    return _drive(sched, [(0.0, i, o) for i, o in zip(isls, osls, strict=True)], total, concurrency=concurrency)
 
 
 def replay_open_loop(
@@ -299,8 +368,9 @@ def replay_open_loop(
         mixed_chunk=vllm,
         new_token_ratio=0.0 if vllm else INIT_NEW_TOKEN_RATIO,
         decode_budget=vllm,
+        reserve_new_tokens=not vllm,
     )
-    return _drive(sched, sorted(requests), len(requests), closed_loop=False)
+    return _drive(sched, sorted(requests), len(requests), concurrency=None)
 
 
 def _drive(
@@ -308,16 +378,19 @@ def _drive(
     arrivals: list[tuple[float, int, int]],
     total: int,
     *,
-    closed_loop: bool,
+    concurrency: int | None,
 ) -> ReplayResult:
+    """Run ``arrivals`` to completion: open loop at their times, or closed loop with ``concurrency`` clients."""
     steps = sched.steps
     for _, isl, osl in arrivals:
-        if isl + osl > sched.pool_tokens:
+        reserve = min(osl, CLIP_MAX_NEW_TOKENS) if sched.reserve_new_tokens else 0
+        if isl + osl > sched.pool_tokens or isl + reserve >= sched.pool_tokens:
             raise ReplayError(
                 f"one request ({isl}+{osl} tokens) does not fit the KV pool of {sched.pool_tokens} tokens"
             )
     pending = deque(arrivals)
-    sent = done = prefill_steps = decode_steps = max_used = 0
+    per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
+    sent = done = timed = prefill_steps = decode_steps = max_used = 0
     now = ttft_sum = tpot_sum = e2e_sum = 0.0
 
     def admit_arrivals() -> None:
@@ -327,13 +400,15 @@ def _drive(
             sched.waiting.append(_Request(sent, at, isl, osl))
             sent += 1
 
+    closed_loop = concurrency is not None
     if closed_loop:
-        for at, isl, osl in arrivals:
-            sched.waiting.append(_Request(sent, at, isl, osl))
+        for _ in range(min(concurrency or 0, total)):
+            _, isl, osl = pending.popleft()
+            sched.waiting.append(_Request(sent, 0.0, isl, osl))
             sent += 1
-        pending.clear()
     while done < total:
-        admit_arrivals()
+        if not closed_loop:
+            admit_arrivals()
         if sched.decode_budget:
             # vLLM: the running requests are scheduled first (their KV slot, their token of the budget)
             if sched.retract():
@@ -368,14 +443,14 @@ def _drive(
                     req.first_token_s = now
                 sched.join(req)
         elif not sched.running:
-            if pending and not sched.waiting and sched.chunked is None:
+            if not closed_loop and pending and not sched.waiting and sched.chunked is None:
                 now = max(now, pending[0][0])  # idle until the next arrival
                 continue
             raise ReplayError("nothing runs and nothing can be admitted: the pool is too small for one request")
         elif sched.retract():
             continue
         else:
-            now += steps.decode_s(len(sched.running), sched.mean_context())
+            now += steps.decode_s(sched.graph_batch(len(sched.running)), sched.mean_context())
             sched.decode_step()
             decode_steps += 1
         max_used = max(max_used, sched.used_tokens)
@@ -384,14 +459,19 @@ def _drive(
             e2e = now - req.arrival_s
             ttft_sum += ttft
             e2e_sum += e2e
-            tpot_sum += (e2e - ttft) / max(req.osl - 1, 1)
+            tpot = (e2e - ttft) / (req.osl - 1) if req.osl > 1 else math.nan
+            if req.osl > 1:  # benchmark_serving: TPOT only over requests with more than one output token
+                tpot_sum += tpot
+                timed += 1
+            per_request[req.rid] = (ttft, tpot, e2e)
             done += 1
-            if closed_loop and sent < total:
-                sched.waiting.append(_Request(sent, now, arrivals[0][1], arrivals[0][2]))
+            if closed_loop and pending:
+                _, isl, osl = pending.popleft()
+                sched.waiting.append(_Request(sent, now, isl, osl))
                 sent += 1
     return ReplayResult(
         ttft_s=ttft_sum / total,
-        tpot_s=tpot_sum / total,
+        tpot_s=tpot_sum / timed if timed else 0.0,
         e2e_s=e2e_sum / total,
         requests=total,
         retractions=sched.retractions,
@@ -399,6 +479,7 @@ def _drive(
         decode_steps=decode_steps,
         max_used_tokens=max_used,
         pool_tokens=sched.pool_tokens,
+        per_request=per_request,
     )
 
 
@@ -406,7 +487,9 @@ __all__ = [
     "ReplayError",
     "ReplayResult",
     "SGLangDefaultScheduler",
+    "benchmark_lengths",
     "replay_closed_loop",
     "replay_open_loop",
     "sglang_chunked_prefill_size",
+    "sglang_cuda_graph_batch_sizes",
 ]

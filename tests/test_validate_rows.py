@@ -1,0 +1,97 @@
+"""bench/validate.py's reading of the silicon rows: harness, mean output length, the TP x EP recording fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
+
+
+def _validate() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "bench" / "validate.py"
+    spec = importlib.util.spec_from_file_location("bench_validate", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_validate"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+validate = _validate()
+
+
+def _row(**fields: str) -> dict[str, str]:
+    row = {
+        "silicon_data_source": "db-dump/2026-04-27; config_id=1; silicon_concurrency=4",
+        "system": "b200_sxm",
+        "tp_size": "4",
+        "attention_dp_size": "1",
+        "moe_tp_size": "1",
+        "moe_ep_size": "4",
+    }
+    return {**row, **fields}
+
+
+def test_inferencemax_rows_use_its_harness() -> None:
+    assert validate.harness_of(_row()) is validate.INFERENCEMAX
+    assert validate.harness_of(_row(silicon_data_source="source_file=2026-04-06.csv; model=X")) is validate.INFERENCEMAX
+    gap = _row(silicon_data_source="source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/q.csv")
+    assert validate.harness_of(gap) is validate.UNRECORDED
+
+
+def test_mean_output_length_of_the_harness() -> None:
+    # uniform integers in [int(0.8 x 1024), 1024] = [819, 1024]
+    assert validate.INFERENCEMAX.mean_osl(1024) == pytest.approx((819 + 1024) / 2)
+    assert validate.UNRECORDED.mean_osl(1024) == 1024
+
+
+def test_tp_recorded_as_tp_times_ep_is_read_back() -> None:
+    # the same layout (ids ..._tp4_ep4_...) appears as tp 4 / moe_tp 1 / ep 4 and as tp 16 / moe_tp 4 / ep 4
+    assert validate.parallelism(_row()) == (4, 1, 1, 4, False)
+    assert validate.parallelism(_row(tp_size="16", moe_tp_size="4")) == (4, 1, 1, 4, True)
+    assert validate.parallelism(_row(tp_size="64", moe_tp_size="8", moe_ep_size="8")) == (8, 1, 1, 8, True)
+    # a layout that fits one node, or TP without EP, is taken as recorded
+    assert validate.parallelism(_row(tp_size="8", moe_tp_size="8", moe_ep_size="1")) == (8, 1, 8, 1, False)
+    assert validate.parallelism(_row(system="gb200", tp_size="72", moe_tp_size="72", moe_ep_size="1"))[4] is False
+
+
+def test_kv_dtype_from_the_launch_scripts_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    dsr1 = _row(model_path="deepseek-ai/DeepSeek-R1", precision="fp8")
+    qwen_bf16 = _row(model_path="Qwen/Qwen3.5-397B-A17B", precision="bf16")
+    assert validate.script_kv_dtype(dsr1) == "bfloat16"  # SGLang's default unless --kv-dtype-from-scripts
+    monkeypatch.setattr(validate, "SCRIPT_KV_FP8", True)
+    assert validate.script_kv_dtype(dsr1) == "fp8"
+    assert validate.script_kv_dtype({**dsr1, "system": "h200_sxm"}) == "bfloat16"  # dsr1_fp8_h200.sh sets none
+    assert validate.script_kv_dtype(qwen_bf16) == "bfloat16"
+    gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv"}
+    assert validate.script_kv_dtype(gap) == "bfloat16"
+
+
+def _replayed(model: str, gpu: str, tp: int) -> object:
+    from pearl_sched.profiles.aic_engine import AicStepTimes
+
+    engine = AicStepTimes(model, gpu, "sglang", tp=tp, kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16")
+    row = validate.Row("silicon-sglang", "agg", f"{model}-{gpu}", 0.1, 0.01, 10.0, 0.1, 0.01, 10.0)
+    return validate.Replayed(row, engine, 1024, 256, 8, 8192, validate.UNRECORDED, False, "")
+
+
+def test_aic_estimate_is_per_deployment_not_memoised_across_models() -> None:
+    # aiconfigurator-core's run_agg memoises by (ISL, OSL, batch, ctx_tokens) only: one backend for two models would
+    # hand the second the first one's answer
+    small = _replayed("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", 1)
+    large = _replayed("Qwen/Qwen3-32B", "h200_sxm", 1)
+    rows, failed = validate.aic_estimate_rows([small, large])
+    assert not failed and [r.dataset for r in rows] == ["silicon-sglang-aic-estimate"] * 2
+    assert rows[1].sim_tpot_s > 1.5 * rows[0].sim_tpot_s  # 32B weights are read every step, 8B's four times fewer
+    assert rows[0].sim_e2e_s == pytest.approx(rows[0].sim_ttft_s + 255 * rows[0].sim_tpot_s)
+
+
+def test_data_parallel_ranks_get_requests_in_arrival_order() -> None:
+    arrivals = [(0.3, 10, 5), (0.1, 20, 5), (0.2, 30, 5), (0.0, 40, 5), (0.4, 50, 5)]
+    assert validate.deal_to_ranks(arrivals, 2) == [[3, 2, 4], [1, 0]]
+    assert validate.deal_to_ranks(arrivals, 1) == [[3, 1, 2, 0, 4]]
