@@ -138,22 +138,28 @@ class Gateway:
         gateway = cls(port=parsed.port, host=parsed.hostname, pd=bool(pd), timeout_s=timeout_s, api_key=api_key)
         gateway.attached = True
         try:
-            workers = gateway.client.workers()
+            gateway.pd = gateway._read_mode(pd)
+        except BaseException:
+            gateway.client.close()
+            raise
+        return gateway
+
+    def _read_mode(self, pd: bool | None) -> bool:
+        """The attached router's mode: its workers' types, else its empty-router error; checked against ``pd``."""
+        try:
+            workers = self.client.workers()
         except AdapterError as exc:
-            raise AdapterError(f"no router answers GET /workers at {gateway.url}: {exc}") from exc
+            raise AdapterError(f"no router answers GET /workers at {self.url}: {exc}") from exc
         types = {str(w.get("worker_type")) for w in workers}
-        seen_pd = bool(types & {"prefill", "decode"}) if types else None
-        if seen_pd is not None and "regular" in types and seen_pd:
-            raise AdapterError(f"the router at {gateway.url} has regular and PD workers at once")
-        if seen_pd is None:
-            seen_pd = gateway._probe_pd()
+        if "regular" in types and types & {"prefill", "decode"}:
+            raise AdapterError(f"the router at {self.url} has regular and PD workers at once")
+        seen_pd = bool(types & {"prefill", "decode"}) if types else self._probe_pd()
         if pd is not None and seen_pd is not None and pd != seen_pd:
             mode = "PD" if seen_pd else "regular"
-            raise AdapterError(f"the router at {gateway.url} runs in {mode} mode, not the pd={pd} asked for")
+            raise AdapterError(f"the router at {self.url} runs in {mode} mode, not the pd={pd} asked for")
         if pd is None and seen_pd is None:
-            raise AdapterError(f"cannot tell whether the router at {gateway.url} runs in PD mode: pass pd=")
-        gateway.pd = bool(pd if pd is not None else seen_pd)
-        return gateway
+            raise AdapterError(f"cannot tell whether the router at {self.url} runs in PD mode: pass pd=")
+        return bool(pd if pd is not None else seen_pd)
 
     def _probe_pd(self) -> bool | None:
         """PD mode from an empty router's ``/get_server_info`` error code (smg 1.13); ``None`` if it says neither."""
