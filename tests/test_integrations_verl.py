@@ -221,3 +221,15 @@ def test_setup_costs_reach_the_gate() -> None:
     setup = pv.VerlLendingSetup(standalone_gpus=2, hybrid_gpus=2, costs=TransitionCosts(activation_s=1.0))
     policy = pv.PearlSchedPolicy(setup=setup)
     assert policy.gate.costs.activation_s == 1.0 and policy.setup is setup
+
+
+def test_pd_replicas_for_a_plan() -> None:
+    shapes = {"a:1": (1, 1), "b:1": (1, 3), "c:1": (1, 3), "d:1": (1, 1)}
+    assert pv.pd_replicas_for(shapes, prefill_workers=2, decode_workers=6) == ["b:1", "c:1"]
+    assert pv.pd_replicas_for(shapes, prefill_workers=2, decode_workers=2) == ["a:1", "d:1"]
+    assert pv.pd_replicas_for(shapes, prefill_workers=1, decode_workers=3) == ["b:1"]
+    assert pv.pd_replicas_for(shapes, prefill_workers=3, decode_workers=5) == ["a:1", "b:1", "d:1"]
+    with pytest.raises(IntegrationError, match="no server"):
+        pv.pd_replicas_for({"x:1": (0, 0)}, 1, 1)
+    with pytest.raises(IntegrationError, match="1 to 2 PD replicas"):
+        pv.pd_replicas_for(shapes, 1, 1, max_replicas=2)

@@ -23,6 +23,7 @@ works in the trainer's Ray actor with nothing else to import. The policy reads i
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -289,3 +290,42 @@ class VerlReplicaPool:
         if leaving or joining:
             logger.info("verl load balancer: joined %s, left %s", joining, leaving)
         return PoolChange(tuple(joining), tuple(leaving))
+
+
+def pd_replicas_for(
+    shapes: Mapping[str, tuple[int, int]], prefill_workers: int, decode_workers: int, *, max_replicas: int = 16
+) -> list[str]:
+    """The PD replicas whose servers come closest to a plan's prefill and decode worker counts.
+
+    verl fixes each PD replica's shape at launch, so a plan's P:D is reached by which replicas are in the load
+    balancer (:class:`VerlReplicaPool`). Among the non-empty subsets, the one minimising
+    ``|ΣP − prefill_workers| + |ΣD − decode_workers|``, then with fewer replicas, then first in address order.
+
+    Args:
+        shapes: server address → (prefill servers, decode servers) of that replica (``(1, decode_replicas)`` in
+            verl 0.9.1).
+        prefill_workers: the plan's prefill workers.
+        decode_workers: the plan's decode workers.
+        max_replicas: the search is exhaustive; more replicas than this are refused.
+
+    Raises:
+        IntegrationError: no replica, more than ``max_replicas``, a negative count or an empty replica.
+    """
+    if not shapes or len(shapes) > max_replicas:
+        raise IntegrationError(f"need 1 to {max_replicas} PD replicas to choose from, got {len(shapes)}")
+    if prefill_workers < 0 or decode_workers < 0:
+        raise IntegrationError("the plan's prefill and decode worker counts must be ≥ 0")
+    for address, (prefill, decode) in shapes.items():
+        if prefill < 0 or decode < 0 or prefill + decode == 0:
+            raise IntegrationError(f"PD replica {address}: shape {(prefill, decode)} has no server")
+    addresses = sorted(shapes)
+    best: tuple[int, int, tuple[str, ...]] | None = None
+    for size in range(1, len(addresses) + 1):
+        for subset in itertools.combinations(addresses, size):
+            prefill = sum(shapes[a][0] for a in subset)
+            decode = sum(shapes[a][1] for a in subset)
+            key = (abs(prefill - prefill_workers) + abs(decode - decode_workers), size, subset)
+            if best is None or key < best:
+                best = key
+    assert best is not None
+    return list(best[2])
