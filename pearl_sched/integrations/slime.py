@@ -13,7 +13,11 @@ package):
   ``start_external_rollout_servers`` uses the router at ``--sglang-router-ip/port`` instead of starting one
   (``slime/ray/rollout.py`` ``_start_router``), and each engine registers itself there
   (``sglang_engine.py`` ``_register_to_router``: ``POST /workers`` with ``url``, ``worker_type`` and a
-  prefill's ``bootstrap_port``, no API key) — which smg answers with 409 for a URL it already has.
+  prefill's ``bootstrap_port``, no API key) — which smg answers with 409 for a URL it already has. Before
+  that, ``_init_external`` asserts that the engine's ``/server_info`` matches the arguments slime would have
+  launched it with (``_compute_server_args`` less ``_EXTERNAL_ENGINE_SKIP_CHECK_FIELDS``: e.g.
+  ``enable_memory_saver`` = ``--offload-rollout``; a prefill's ``load_balance_method`` =
+  ``follow_bootstrap_room``, a decode's ``prefill_round_robin_balance``), so the servers must be launched to match.
 * ``slime/backends/sglang_utils/sglang_config.py`` — ``SglangConfig.from_yaml``: a top-level ``sglang`` list of
   models, each with ``server_groups`` of ``worker_type`` (regular, prefill, decode, placeholder, encoder),
   ``num_gpus`` > 0, optional ``num_gpus_per_engine`` and ``overrides``; ``slime/ray/rollout.py`` requires the
