@@ -13,4 +13,8 @@ cd "$(dirname "$0")/.."
 [ -x .smg/bin/python ] || python3 -m venv .smg
 .smg/bin/python -m pip install -q --upgrade pip
 .smg/bin/python -m pip install -q smg
-echo "set up: .venv (pearl_sched) and .smg/bin/smg (gateway)"
+
+# sglang-router, for the test that Gateway.attach works with it as with smg (about 20 s, 150 MB)
+[ -x .router/bin/python ] || python3 -m venv .router
+.router/bin/python -m pip install -q sglang-router
+echo "set up: .venv (pearl_sched), .smg/bin/smg (gateway), .router (sglang-router)"

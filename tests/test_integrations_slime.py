@@ -11,6 +11,8 @@ by fakes named as such, mirroring THUDM/slime @ 624b824: ``fake_slime_attach`` d
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,11 +39,18 @@ from .builders import free_ports
 yaml = pytest.importorskip("yaml")  # PyYAML, which slime's loader uses (installed with ray)
 
 
-def start_router(tmp_path: Path, *, pd: bool) -> Iterator[str]:
-    """Run smg as another program would: its own argv, its own process; yields its URL."""
+SGLANG_ROUTER = Path(__file__).resolve().parent.parent / ".router" / "bin" / "python"  # scripts/setup.sh
+
+
+def start_router(tmp_path: Path, *, pd: bool, sglang_router: bool = False) -> Iterator[str]:
+    """Run smg (or sglang-router) as another program would: its own argv and process group; yields its URL."""
     port, metrics = free_ports(2)
-    argv = [find_smg(), "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics)]
-    argv += ["--log-level", "warn", *(["--pd-disaggregation"] if pd else [])]
+    if sglang_router:
+        argv = [str(SGLANG_ROUTER), "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--prometheus-port", str(metrics), *(["--pd-disaggregation"] if pd else [])]
+    else:
+        argv = [find_smg(), "launch", "--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(metrics)]
+        argv += ["--log-level", "warn", *(["--pd-disaggregation"] if pd else [])]
     with open(tmp_path / "smg.log", "wb") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -58,7 +67,7 @@ def start_router(tmp_path: Path, *, pd: bool) -> Iterator[str]:
         yield url
         assert process.poll() is None, "the attached router must outlive pearl_sched's use of it"
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)  # sglang-router's launcher runs the router in a child
         process.wait(timeout=10)
 
 
@@ -101,6 +110,47 @@ def test_attach_reads_the_mode_and_never_stops_the_router(regular_router: str, p
         Gateway.attach(f"http://127.0.0.1:{free_ports(1)[0]}", pd=False, api_key=None, timeout_s=1.0)
     with pytest.raises(InvalidArgumentError, match="http://host:port"):
         Gateway.attach("127.0.0.1:1", api_key=None)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pd", [False, True], ids=["regular", "pd"])
+def test_attach_to_sglang_router(tmp_path: Path, pd: bool) -> None:
+    """sglang-router 0.3 serves the same worker API (no "status" field: readiness is is_healthy)."""
+    if not SGLANG_ROUTER.exists():
+        pytest.skip("sglang-router is not installed in .router/ (scripts/setup.sh installs it)")
+    router = start_router(tmp_path, pd=pd, sglang_router=True)
+    url = next(router)
+    ports = free_ports(3)
+    fakes = (
+        [FakeSGLangServer(FakeConfig(port=ports[0])).start()]
+        if not pd
+        else [
+            FakeSGLangServer(
+                FakeConfig(port=ports[0], disaggregation_mode="prefill", disaggregation_bootstrap_port=ports[1])
+            ).start(),
+            FakeSGLangServer(FakeConfig(port=ports[2], disaggregation_mode="decode")).start(),
+        ]
+    )
+    want = (
+        {fakes[0].url: Registration("regular")}
+        if not pd
+        else {fakes[0].url: Registration("prefill", ports[1]), fakes[1].url: Registration("decode")}
+    )
+    try:
+        if not pd:  # an empty sglang-router's /get_server_info does not tell the mode
+            with pytest.raises(AdapterError, match="pass pd="):
+                Gateway.attach(url, api_key=None)
+        with Gateway.attach(url, pd=pd, api_key=None) as gateway:
+            gateway.sync(want)
+            assert {u: r for u, (_, r) in gateway.registered().items()} == want
+            with Gateway.attach(url, api_key=None) as again:  # the mode, read from its workers now
+                assert again.pd is pd
+            gateway.deregister(fakes[0].url, wait=True)
+            assert fakes[0].url not in gateway.registered()
+    finally:
+        for fake in fakes:
+            fake.stop()
+        next(router, None)
 
 
 @pytest.mark.integration
