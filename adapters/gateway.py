@@ -8,6 +8,10 @@ With an API key (``api_key``, by default ``$PEARL_SCHED_API_KEY``) the gateway i
 smg then requires ``Authorization: Bearer <key>`` on its data and worker APIs (``/health`` stays open); each
 worker is registered with the same key (``api_key`` in ``POST /workers``), which smg needs to reach a worker
 started with ``--api-key``.
+
+:meth:`Gateway.attach` uses a router that runs already (smg, or sglang-router from 0.2 on, which serve the same
+``/workers`` API) instead of starting one: pearl_sched then never starts, stops or restarts it, and its mode
+(regular or PD) is the router's own.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pearl_sched.adapters.http import (
     FROM_ENV,
     AdapterError,
     FromEnv,
     GatewayClient,
+    InvalidArgumentError,
     poll,
     resolve_api_key,
     validate_host,
@@ -101,6 +107,68 @@ class Gateway:
         self.api_key = resolve_api_key(api_key)
         self.client = GatewayClient(self.url, timeout_s=timeout_s, api_key=self.api_key)
         self._removing: dict[str, str] = {}  # url → id of a registration being removed
+        self.attached = False  # True for a router pearl_sched did not start (attach): never started or stopped
+
+    @classmethod
+    def attach(
+        cls,
+        url: str,
+        *,
+        pd: bool | None = None,
+        timeout_s: float = 10.0,
+        api_key: str | FromEnv | None = FROM_ENV,
+    ) -> Gateway:
+        """A router that already runs at ``url`` (smg or sglang-router), checked to answer ``GET /workers``.
+
+        Args:
+            url: ``http://host:port`` of its HTTP API.
+            pd: whether it runs in PD mode; read from the router when ``None``: the types of its workers, or,
+                with none, the error its ``/get_server_info`` gives (``no_prefill_servers`` in PD mode,
+                ``no_workers`` in regular mode).
+            timeout_s: seconds one call to its API may take.
+            api_key: its bearer key; by default ``$PEARL_SCHED_API_KEY``, ``None`` for none.
+
+        Raises:
+            InvalidArgumentError: a bad URL or API key.
+            AdapterError: it does not answer, ``pd`` contradicts its workers, or its mode cannot be read.
+        """
+        parsed = urlsplit(url)
+        if parsed.scheme != "http" or parsed.hostname is None or parsed.port is None:
+            raise InvalidArgumentError(f"router URL {url!r} must be http://host:port")
+        gateway = cls(port=parsed.port, host=parsed.hostname, pd=bool(pd), timeout_s=timeout_s, api_key=api_key)
+        gateway.attached = True
+        try:
+            gateway.pd = gateway._read_mode(pd)
+        except BaseException:
+            gateway.client.close()
+            raise
+        return gateway
+
+    def _read_mode(self, pd: bool | None) -> bool:
+        """The attached router's mode: its workers' types, else its empty-router error; checked against ``pd``."""
+        try:
+            workers = self.client.workers()
+        except AdapterError as exc:
+            raise AdapterError(f"no router answers GET /workers at {self.url}: {exc}") from exc
+        types = {str(w.get("worker_type")) for w in workers}
+        if "regular" in types and types & {"prefill", "decode"}:
+            raise AdapterError(f"the router at {self.url} has regular and PD workers at once")
+        seen_pd = bool(types & {"prefill", "decode"}) if types else self._probe_pd()
+        if pd is not None and seen_pd is not None and pd != seen_pd:
+            mode = "PD" if seen_pd else "regular"
+            raise AdapterError(f"the router at {self.url} runs in {mode} mode, not the pd={pd} asked for")
+        if pd is None and seen_pd is None:
+            raise AdapterError(f"cannot tell whether the router at {self.url} runs in PD mode: pass pd=")
+        return bool(pd if pd is not None else seen_pd)
+
+    def _probe_pd(self) -> bool | None:
+        """PD mode from an empty router's ``/get_server_info`` error code (smg 1.13); ``None`` if it says neither."""
+        try:
+            response = self.client.http.get("/get_server_info", timeout=self.timeout_s)
+            code = response.json().get("error", {}).get("code")
+        except Exception:
+            return None
+        return {"no_prefill_servers": True, "no_workers": False}.get(str(code))
 
     @property
     def url(self) -> str:
@@ -140,9 +208,14 @@ class Gateway:
     def start(self, *, ready_timeout_s: float = 60.0) -> Gateway:
         """Launch ``smg`` in its own session and return once ``GET /workers`` answers 200.
 
+        An attached router is not started: this only checks that it answers.
+
         Raises:
             AdapterError: it exited (the message has its log's tail), or was not ready in ``ready_timeout_s`` s.
         """
+        if self.attached:
+            self.client.workers()
+            return self
         argv = self.argv()
         log_path = self.log_dir / f"smg-{self.port}.log"
         with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as log:
@@ -162,17 +235,17 @@ class Gateway:
         return self
 
     def stop(self, *, grace_s: float = 5.0) -> None:
-        """Stop the gateway process (SIGTERM, SIGKILL after ``grace_s`` seconds); nothing when not running."""
+        """Stop the gateway process (SIGTERM, SIGKILL after ``grace_s`` s); nothing when not running or attached."""
         process, self.process = self.process, None
         if process is not None:
             stop_process_group(process, grace_s=grace_s)
 
     def __enter__(self) -> Gateway:
-        """The gateway, started unless it already runs."""
+        """The gateway, started unless it already runs (an attached one is only checked)."""
         return self.start() if self.process is None else self
 
     def __exit__(self, *exc: object) -> None:
-        """Stop the gateway and close the API client."""
+        """Stop the gateway (unless attached) and close the API client."""
         self.stop()
         self.client.close()
 

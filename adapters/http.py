@@ -520,7 +520,14 @@ class GatewayClient(_Client):
             info = self.worker(worker_id)
             if info is not None and info.get("status") == "failed":
                 raise AdapterError(f"gateway {self.url}: worker {url} failed to register: {info}")
-            return info is not None and info.get("status") == "ready" and bool(info.get("is_healthy", True))
+            if info is None:
+                return False
+            job = info.get("job_status")
+            if isinstance(job, dict) and job.get("status") == "failed":  # sglang-router 0.3's background job
+                raise AdapterError(f"gateway {self.url}: worker {url} failed to register: {job.get('message', job)}")
+            # smg reports "status": "ready"; sglang-router 0.3 has no status field, only is_healthy.
+            status = info.get("status", "ready" if "is_healthy" in info else None)
+            return status == "ready" and bool(info.get("is_healthy", True))
 
         poll(ready, timeout_s=ready_timeout_s, what=f"gateway {self.url} to admit {url} as {worker_type}")
         return worker_id

@@ -260,6 +260,12 @@ class SGLangCluster:
             return ApplyReport()
         plan_id = _digest(actions)
         mode_change = (target.mode is Mode.DISAGGREGATED) != self.gateway.pd
+        if mode_change and self.gateway.attached:
+            want = "PD" if target.mode is Mode.DISAGGREGATED else "regular"
+            raise AdapterError(
+                f"the router at {self.gateway.url} was attached, not started by pearl_sched, so it cannot be"
+                f" restarted in {want} mode: this plan changes mode; nothing was changed"
+            )
         expands = [a for a in actions if a.kind is ActionKind.EXPAND]
         for action in actions:
             if action.kind is ActionKind.EXPAND:

@@ -71,7 +71,9 @@ def test_wheel_contains_every_module_and_no_stray_top_level_package(wheel: Path)
         assert f"pearl_sched/profiles/configs/{model}.json" in names
     assert "pearl_sched/sim/scenarios/e2e.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "pearl-sched = pearl_sched.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "pearl-sched = pearl_sched.cli:main" in declared
+    assert "[verl.plugins]\npearl_sched = pearl_sched.integrations.verl" in declared  # verl loads it itself
 
 
 @pytest.mark.slow
