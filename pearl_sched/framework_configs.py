@@ -106,11 +106,18 @@ def _makespan_s(advice: Advice, mode: Mode, prefill: int, decode: int, colocated
     return max(terms.pool(role).time_s(float(counts[role])) for role in roles) + terms.environment_s
 
 
-def _tiles(gpus: int, replica_gpus: int, per_node: int) -> bool:
-    """Whether ``gpus`` rollout GPUs are ``nnodes × n_gpus_per_node`` of whole replicas, each on one node."""
-    if gpus % replica_gpus or replica_gpus > per_node:
-        return False
-    return gpus <= per_node or (gpus % per_node == 0 and per_node % replica_gpus == 0)
+def verl_nodes(gpus: int, replica_gpus: int, per_node: int) -> tuple[int, int] | None:
+    """The ``(nnodes, n_gpus_per_node)`` verl needs for ``gpus`` rollout GPUs of whole replicas, each in one node.
+
+    verl places ``nnodes × n_gpus_per_node`` GPUs and cuts them into replicas of ``replica_gpus`` (``llm_server.py``:
+    ``num_replicas = world_size // rollout_world_size``; a PD replica must fit one node, ``sglang_pd_replica.py``),
+    so ``n_gpus_per_node`` (at most the node's GPUs) must be a multiple of the replica and divide ``gpus``. The
+    widest such ``n_gpus_per_node`` is chosen; None when there is none.
+    """
+    for n in range(min(per_node, gpus), 0, -1):
+        if gpus % n == 0 and n % replica_gpus == 0:
+            return gpus // n, n
+    return None
 
 
 def _candidates(advice: Advice, framework: Framework) -> Iterator[Layout | None]:
@@ -123,7 +130,7 @@ def _candidates(advice: Advice, framework: Framework) -> Iterator[Layout | None]
     if framework == "verl":
         for decode_per in range(1, dedicated):
             for replicas in range(1, dedicated // (1 + decode_per) + 1):
-                if _tiles(replicas * (1 + decode_per) * tp, (1 + decode_per) * tp, per_node):
+                if verl_nodes(replicas * (1 + decode_per) * tp, (1 + decode_per) * tp, per_node):
                     yield _predict(advice, Mode.DISAGGREGATED, replicas, replicas * decode_per, 0, 0)
     elif framework == "slime":
         for p in range(1, dedicated):
@@ -148,9 +155,9 @@ def _expressible(advice: Advice, framework: Framework, layout: Layout) -> str:
             if layout.decode % layout.prefill:
                 return "verl's PD replicas have 1 prefill and n decode servers each (prefill_replicas=1)"
             replica = (1 + layout.decode // layout.prefill) * tp
-            if not _tiles(layout.prefill * replica, replica, per_node):
-                return f"verl's PD replicas of {replica} GPUs do not tile nodes of {per_node} GPUs"
-    elif framework == "verl" and not _tiles((layout.colocated - layout.lent) * tp, tp, per_node):
+            if not verl_nodes(layout.prefill * replica, replica, per_node):
+                return f"verl's PD replicas of {replica} GPUs do not fit nodes of {per_node} GPUs"
+    elif framework == "verl" and not verl_nodes((layout.colocated - layout.lent) * tp, tp, per_node):
         return f"verl's rollout GPUs are nnodes × n_gpus_per_node on nodes of {per_node}"
     if framework == "roll" and layout.lent and layout.colocated < 2:
         return "ROLL's partial-GPU mode needs at least 2 inference workers"
@@ -205,16 +212,15 @@ def _header(advice: Advice, fa: FrameworkAdvice, comment: str = "#") -> list[str
     return [f"{comment} {line}" for line in lines]
 
 
-def _gpus_layout(gpus: int, per_node: int) -> tuple[int, int]:
-    return (1, gpus) if gpus <= per_node else (gpus // per_node, per_node)
-
-
 def render_verl(advice: Advice, fa: FrameworkAdvice) -> str:
     """Hydra overrides for ``python -m verl.trainer.main_ppo`` (verl 0.9.1 keys), one a line."""
     layout, tp = fa.layout, advice.inputs.tp
     dedicated_workers = layout.workers - layout.lent
-    nnodes, per_node = _gpus_layout(dedicated_workers * tp, advice.inputs.gpus_per_node)
     pd = layout.mode is Mode.DISAGGREGATED
+    replica_gpus = (1 + layout.decode // layout.prefill) * tp if pd else tp
+    nodes = verl_nodes(dedicated_workers * tp, replica_gpus, advice.inputs.gpus_per_node)
+    assert nodes is not None, "advise_for writes only layouts verl can place"
+    nnodes, per_node = nodes
     r = "actor_rollout_ref.rollout"
     keys = [
         ("trainer.v1.trainer_mode", "separate_async"),

@@ -17,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from pearl_sched.cli import app
+from pearl_sched.framework_configs import verl_nodes
 from pearl_sched.profiles.dataset import ProfileFormatError
 from pearl_sched.profiles.prometheus_api import PrometheusQueryError, query_sglang, sglang_queries
 from pearl_sched.profiles.rl_logs import summarise
@@ -41,6 +42,23 @@ GOLDEN_CASES = {
     "areal.yaml": ["-f", "areal", *LENDING],
     "verl_dedicated.txt": ["-f", "verl", *DEDICATED],
     "slime_dedicated.yaml": ["-f", "slime", *DEDICATED],
+    "verl_pd.txt": [
+        "-f",
+        "verl",
+        str(DATA / "verl_metrics.jsonl"),
+        "--budget",
+        "12",
+        "--generated-tokens-per-turn",
+        "180",
+        "--model",
+        "qwen3-8b",
+        "--gpu",
+        "h200_sxm",
+        "--tp",
+        "1",
+        "--batch",
+        "512",
+    ],
 }
 
 SGLANG_RATES = {  # per second over the window, as a fake Prometheus holds them
@@ -191,7 +209,7 @@ VERL_DISAGGREGATION_FIELDS = {  # verl 0.9.1 verl/workers/config/disaggregation.
 }
 
 
-@pytest.mark.parametrize("name", ["verl.txt", "verl_dedicated.txt"])
+@pytest.mark.parametrize("name", ["verl.txt", "verl_dedicated.txt", "verl_pd.txt"])
 def test_verl_overrides_load_with_omegaconf_into_verls_schema(name: str) -> None:
     omegaconf = pytest.importorskip("omegaconf")
     lines = [line for line in golden(name).splitlines() if line and not line.startswith("#")]
@@ -291,7 +309,15 @@ def test_each_framework_writes_only_what_it_can_express() -> None:
     for name in ("slime.yaml", "areal.yaml"):
         assert "lending: none (the gate passed but this framework cannot lend here)" in golden(name)
     gaps = [float(g) for g in re.findall(r"this layout is ([+-][0-9.]+)%", "".join(map(golden, GOLDEN_CASES)))]
-    assert len(gaps) == 5 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
+    assert len(gaps) == 6 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
+
+
+def test_verl_places_whole_replicas_inside_nodes() -> None:
+    assert verl_nodes(12, 2, 8) == (2, 6)  # 12 GPUs of 2-GPU replicas: 2 nodes × 6
+    assert verl_nodes(16, 2, 8) == (2, 8)
+    assert verl_nodes(6, 3, 8) == (1, 6)  # one node, 6 GPUs used
+    assert verl_nodes(10, 5, 8) is None  # two 5-GPU PD replicas: no n_gpus_per_node ≤ 8 holds whole ones
+    assert verl_nodes(7, 1, 8) == (1, 7)
 
 
 def test_unknown_framework_and_bad_options_exit_2() -> None:
