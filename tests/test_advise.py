@@ -316,7 +316,9 @@ def test_verl_places_whole_replicas_inside_nodes() -> None:
     assert verl_nodes(12, 2, 8) == (2, 6)  # 12 GPUs of 2-GPU replicas: 2 nodes × 6
     assert verl_nodes(16, 2, 8) == (2, 8)
     assert verl_nodes(6, 3, 8) == (1, 6)  # one node, 6 GPUs used
-    assert verl_nodes(10, 5, 8) is None  # two 5-GPU PD replicas: no n_gpus_per_node ≤ 8 holds whole ones
+    assert verl_nodes(10, 5, 8) == (2, 5)  # two 5-GPU PD replicas, one per node
+    assert verl_nodes(9, 2, 8) is None  # 2-GPU replicas never make 9 GPUs
+    assert verl_nodes(10, 10, 8) is None  # a replica wider than a node
     assert verl_nodes(7, 1, 8) == (1, 7)
 
 
