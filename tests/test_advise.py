@@ -218,6 +218,12 @@ def test_verl_overrides_load_with_omegaconf_into_verls_schema(name: str) -> None
     assert rollout.name == "sglang" and config.trainer.v1.trainer_mode == "separate_async"
     disaggregation = omegaconf.OmegaConf.to_container(rollout.disaggregation)
     assert set(disaggregation) <= VERL_DISAGGREGATION_FIELDS
+    try:  # where verl itself is installed, its own dataclass validates the block too
+        from verl.workers.config.disaggregation import DisaggregationConfig  # type: ignore[import-not-found]
+    except ImportError:
+        pass
+    else:
+        DisaggregationConfig(**disaggregation)
     tp = rollout.tensor_model_parallel_size
     world = rollout.nnodes * rollout.n_gpus_per_node
     if disaggregation["enabled"]:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from pearl_sched.adapters.fake_sglang import FakeConfig, FakeSGLangServer
+from pearl_sched.adapters.gateway import Gateway, Registration, find_smg
 from pearl_sched.adapters.http import AdapterError, SGLangServerClient
-from pearl_sched.adapters.rollout import AsyncRolloutClient
+from pearl_sched.adapters.rollout import AsyncRolloutClient, Completion
 
 from .builders import free_ports
 
@@ -81,3 +83,37 @@ def test_async_client_gives_up_after_its_patience() -> None:
 
     with pytest.raises(AdapterError, match=r"not served within 0.3 s: last error gateway unreachable"):
         asyncio.run(run())
+
+
+def test_async_client_through_the_real_smg_gateway(tmp_path: Path) -> None:
+    """Turns sent concurrently through smg (round robin over two fake servers) keep their sampling parameters and
+    come back with their logprobs."""
+    try:
+        find_smg()
+    except AdapterError as exc:
+        pytest.fail(f"the real smg gateway is required for this test: {exc}")
+    fakes = [FakeSGLangServer(FakeConfig(port=port)).start() for port in free_ports(2)]
+    port, metrics = free_ports(2)
+    try:
+        with Gateway(port=port, metrics_port=metrics, log_dir=tmp_path, api_key=None) as gateway:
+            for fake in fakes:
+                gateway.register(fake.url, Registration("regular"))
+
+            async def run() -> list[Completion]:
+                async with AsyncRolloutClient(gateway.url, patience_s=30.0, api_key=None) as client:
+                    return list(
+                        await asyncio.gather(
+                            *(
+                                client.generate([seed, 2, 3], 8, {"temperature": 0.6, "top_k": 20}, return_logprob=True)
+                                for seed in range(6)
+                            )
+                        )
+                    )
+
+            done = asyncio.run(run())
+    finally:
+        for fake in fakes:
+            fake.stop()
+    assert all(len(c.output_ids) == 8 and len(c.output_logprobs) == 8 for c in done)
+    assert all(f.state.requests_total > 0 for f in fakes)  # both servers behind the gateway served turns
+    assert all(f.state.last_sampling_params == {"temperature": 0.6, "top_k": 20, "max_new_tokens": 8} for f in fakes)
