@@ -1,7 +1,8 @@
 """An :class:`~pearl_sched.advisor.Advice` written in an RL framework's own configuration (docs/advise.md).
 
 Each framework can express only some rollout layouts; where pearl_sched's plan is not one of them, the best layout
-the framework can express (lowest predicted makespan, then fewest GPUs) is written instead and the gap is said.
+the framework can express (lowest predicted makespan — plus the toggle cost when it lends, as the borrowing gate
+weighs a loan — then fewest GPUs) is written instead and the gap is said.
 What each can express, read from its code:
 
 - **verl 0.9.1** (``verl/workers/config/disaggregation.py``, ``verl/trainer/config/rollout/rollout.yaml``,
@@ -26,7 +27,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from pearl_sched.advisor import LENDABLE_PREFIX, Advice, Framework
+from pearl_sched.advisor import LENDABLE_PREFIX, STEADY_STATE_COSTS, Advice, Framework
 from pearl_sched.state import Mode, Role, ratio_label
 
 VERL_VERSION = "0.9.1"
@@ -173,11 +174,24 @@ def advise_for(advice: Advice, framework: Framework) -> FrameworkAdvice:
     options = [c for c in _candidates(advice, framework) if c is not None and not _expressible(advice, framework, c)]
     if not options:
         raise ValueError(f"{framework} can express no layout whose KV holds the batch within the budget")
-    best = min(options, key=lambda c: (round(c.predicted_s, 9), c.workers))
+    toggle_s = STEADY_STATE_COSTS.activation_s + STEADY_STATE_COSTS.deactivation_s  # T̂_toggle before measurements
+
+    def score(c: Layout) -> tuple[float, int]:  # a loan pays its toggle every step, as the borrowing gate weighs it
+        return round(c.predicted_s + (toggle_s if c.lent else 0.0), 9), c.workers
+
+    best = min(options, key=score)
     return FrameworkAdvice(framework, best, planned, why)
 
 
 # -- writing ------------------------------------------------------------------------------------------------------
+def _why_no_loan(fa: FrameworkAdvice) -> str:
+    if not fa.planned.lent:
+        return ""
+    if fa.framework in ("slime", "areal"):
+        return f" (the plan lends, but {fa.framework} cannot lend training GPUs)"
+    return " (the plan's loan pays in its own layout; in this one it would not repay its toggle cost)"
+
+
 def _header(advice: Advice, fa: FrameworkAdvice, comment: str = "#") -> list[str]:
     a, layout, tp = advice, fa.layout, advice.inputs.tp
     gpus = layout.workers * tp
@@ -198,14 +212,14 @@ def _header(advice: Advice, fa: FrameworkAdvice, comment: str = "#") -> list[str
             + f" ({fa.planned.predicted_s:.1f} s); {fa.limitation}: this layout is {fa.gap_pct:+.1f}%"
         )
     else:
-        lines.append(f"pearl_sched's plan: {a.plan.decision.reason}")
+        lines.append("pearl_sched's plan: this layout")
+    lines.append(f"planner's decision: {a.plan.decision.reason}")  # the gates' figures: gain against toggle cost
     lines.append(
         "lending: "
         + (
             f"lend the {layout.lent * tp} training GPUs while the trainer waits (PEARL Eq. 7 gate passed)"
             if layout.lent
-            else "none"
-            + (" (the gate passed but this framework cannot lend here)" if fa.planned.lent and not layout.lent else "")
+            else "none" + _why_no_loan(fa)
         )
     )
     lines.extend(f"from: {note}" for note in a.notes)

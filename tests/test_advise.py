@@ -32,7 +32,7 @@ GOLDEN = ROOT / "tests" / "golden" / "advise"
 runner = CliRunner()
 
 COMMON = ["--model", "qwen3-8b", "--gpu", "h200_sxm", "--tp", "2", "--batch", "512"]
-LENDING = [str(DATA / "verl_metrics.jsonl"), "--budget", "16", "--train-gpus", "8"]
+LENDING = [str(DATA / "verl_metrics.jsonl"), "--budget", "8", "--train-gpus", "8"]
 LENDING += ["--generated-tokens-per-turn", "180", *COMMON]
 DEDICATED = [str(DATA / "verl_metrics.jsonl"), "--budget", "16", "--generated-tokens-per-turn", "180", *COMMON]
 GOLDEN_CASES = {
@@ -41,6 +41,7 @@ GOLDEN_CASES = {
     "roll.yaml": ["-f", "roll", *LENDING],
     "areal.yaml": ["-f", "areal", *LENDING],
     "verl_dedicated.txt": ["-f", "verl", *DEDICATED],
+    "roll_no_loan.yaml": ["-f", "roll", *DEDICATED, "--train-gpus", "8"],
     "slime_dedicated.yaml": ["-f", "slime", *DEDICATED],
     "verl_pd.txt": [
         "-f",
@@ -313,9 +314,14 @@ def test_each_framework_writes_only_what_it_can_express() -> None:
     for name in ("verl.txt", "roll.yaml"):
         assert "(8 lent from training)" in golden(name) and "lending: lend the 8 training GPUs" in golden(name)
     for name in ("slime.yaml", "areal.yaml"):
-        assert "lending: none (the gate passed but this framework cannot lend here)" in golden(name)
+        assert "lending: none (the plan lends, but" in golden(name) and "cannot lend training GPUs)" in golden(name)
+    for name in ("verl.txt", "slime.yaml", "roll.yaml", "areal.yaml"):  # the gate's own figures are shown
+        assert re.search(r"# planner's decision: .*borrow: gain [0-9.]+ s > toggle cost [0-9.]+ s", golden(name))
+    # with 16 dedicated GPUs the plan's loan pays only disaggregated; colocated, ROLL's would not repay its toggle
+    assert "partial_gpu_mode: false" in golden("roll_no_loan.yaml")
+    assert "in this one it would not repay its toggle cost" in golden("roll_no_loan.yaml")
     gaps = [float(g) for g in re.findall(r"this layout is ([+-][0-9.]+)%", "".join(map(golden, GOLDEN_CASES)))]
-    assert len(gaps) == 6 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
+    assert len(gaps) == 7 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
 
 
 def test_verl_places_whole_replicas_inside_nodes() -> None:
@@ -341,7 +347,7 @@ def test_the_lent_layout_predictions_use_the_same_model_as_the_plan() -> None:
     """The written layout's predicted makespan is recomputed by the plan's own predictor: a dedicated-only plan
     that a framework can express is written with the plan's figure exactly."""
     text = golden("slime_dedicated.yaml")
-    assert "pearl_sched's plan: initial configuration" in text  # expressible: written as planned
+    assert "# pearl_sched's plan: this layout\n# planner's decision: initial configuration" in text  # as planned
     ratio = re.search(r"disaggregated (\d+)P(\d+)D", text)
     assert ratio is not None
     groups = yaml.safe_load(text)["sglang"][0]["server_groups"]
