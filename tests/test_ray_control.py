@@ -87,6 +87,25 @@ def test_an_unknown_event_kind_is_refused() -> None:
         asyncio.run(run())
 
 
+class BrokenCluster(TwoSlotCluster):
+    def observe(self) -> object:
+        raise OSError("the gateway is gone")
+
+
+def test_a_loop_that_died_says_why_on_the_next_call() -> None:
+    async def run() -> None:
+        actor = ControlLoopActor(
+            lambda: ControlLoop(BrokenCluster(), SplitOnStepBoundary()),  # type: ignore[arg-type]
+            tick_s=0.01,
+        )
+        await actor.start()
+        await asyncio.sleep(0.1)  # the first tick fails inside the loop
+        await actor.submit("tick", 1.0)
+
+    with pytest.raises(RuntimeError, match="the control loop stopped on OSError: the gateway is gone"):
+        asyncio.run(run())
+
+
 ray = pytest.importorskip("ray")
 
 
