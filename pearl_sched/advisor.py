@@ -100,55 +100,12 @@ def workload_from_logs(
     Raises:
         AdviceError: a figure no input determines (e.g. tokens per turn of a multi-turn run without Prometheus).
     """
-    notes: list[str] = []
     if log is None and serving is None:
         raise AdviceError("advise needs a profile: a verl metrics log, a wandb CSV export or a Prometheus URL")
-    if inputs.turns is not None:
-        turns, turns_mean = inputs.turns, inputs.turns
-        notes.append(f"turns {turns:g}: --turns")
-    elif log is not None:
-        turns, turns_mean = log.llm_turns_max, log.llm_turns_mean
-        notes.append(f"turns {turns:g} (slowest), {turns_mean:.2f} (mean): num_turns/max, /mean ÷ 2 of {log.source}")
-    else:
-        raise AdviceError("turns per trajectory: give a verl/wandb log with num_turns, or --turns")
-    if inputs.generated_tokens_per_turn is not None:
-        generated = inputs.generated_tokens_per_turn
-        notes.append(f"generated tokens per turn {generated:g}: --generated-tokens-per-turn")
-    elif serving is not None:
-        generated = serving.generation_tokens
-        notes.append(f"generated tokens per turn {generated:.1f}: {serving.source} over {serving.window}")
-    elif log is not None and turns_mean <= 1.0:
-        generated = log.response_tokens
-        notes.append(f"generated tokens per turn {generated:.1f}: response_length/mean (single-turn)")
-    else:
-        raise AdviceError(
-            "generated tokens per turn: verl's response_length counts tool output too in multi-turn runs; "
-            "give a Prometheus URL (SGLang's per-request counters) or --generated-tokens-per-turn"
-        )
-    if serving is not None:
-        appended = serving.appended_tokens
-        context = serving.prompt_tokens
-        cached = "prompt − cached" if serving.cached_tokens is not None else "prompt (no cached-token counter)"
-        notes.append(f"appended tokens per turn {appended:.1f}: {cached} per request, {serving.source}")
-    else:
-        assert log is not None
-        total_input = log.prompt_tokens + log.response_tokens - turns_mean * generated
-        if total_input < 0:
-            raise AdviceError(
-                f"{turns_mean:.2f} turns × {generated:g} generated tokens exceed the {log.response_tokens:.0f} "
-                "response tokens the log measured: check --generated-tokens-per-turn"
-            )
-        appended = total_input / turns_mean
-        context = (log.prompt_tokens + log.response_tokens) / 2
-        notes.append(f"appended tokens per turn {appended:.1f}: (prompt + response − turns·generated) / turns")
-    if inputs.env_time_per_turn_s is not None:
-        env = inputs.env_time_per_turn_s
-        notes.append(f"tool time per turn {env:g} s: --env-time-s")
-    elif log is not None:
-        env = log.tool_s_per_trajectory / turns_mean
-        notes.append(f"tool time per turn {env:.2f} s: timing_s/agent_loop/tool_calls/mean ÷ turns")
-    else:
-        raise AdviceError("tool time per turn: give a verl/wandb log with agent-loop timings, or --env-time-s")
+    (turns, turns_mean), turns_note = _turns(inputs, log)
+    generated, generated_note = _generated(inputs, log, serving, turns_mean)
+    (appended, context), appended_note = _appended(log, serving, turns_mean, generated)
+    env, env_note = _env_time(inputs, log, turns_mean)
     max_context = log.prompt_tokens + log.response_tokens if log is not None else context + turns * generated
     workload = Workload(
         batch_size=inputs.batch_size,
@@ -162,7 +119,65 @@ def workload_from_logs(
         kv_bytes_per_token=kv_bytes_per_token,
         prompt_tokens=log.prompt_tokens if log is not None else context,
     )
-    return workload, notes
+    return workload, [turns_note, generated_note, appended_note, env_note]
+
+
+def _turns(inputs: AdviceInputs, log: RolloutLogSummary | None) -> tuple[tuple[float, float], str]:
+    """LLM turns of the slowest trajectory (PEARL's S) and the mean."""
+    if inputs.turns is not None:
+        return (inputs.turns, inputs.turns), f"turns {inputs.turns:g}: --turns"
+    if log is not None:
+        s, mean = log.llm_turns_max, log.llm_turns_mean
+        return (s, mean), f"turns {s:g} (slowest), {mean:.2f} (mean): num_turns/max, /mean ÷ 2 of {log.source}"
+    raise AdviceError("turns per trajectory: give a verl/wandb log with num_turns, or --turns")
+
+
+def _generated(
+    inputs: AdviceInputs, log: RolloutLogSummary | None, serving: ServingSummary | None, turns_mean: float
+) -> tuple[float, str]:
+    """Tokens generated per LLM turn (PEARL's r)."""
+    if inputs.generated_tokens_per_turn is not None:
+        r = inputs.generated_tokens_per_turn
+        return r, f"generated tokens per turn {r:g}: --generated-tokens-per-turn"
+    if serving is not None:
+        r = serving.generation_tokens
+        return r, f"generated tokens per turn {r:.1f}: {serving.source} over {serving.window}"
+    if log is not None and turns_mean <= 1.0:
+        return log.response_tokens, f"generated tokens per turn {log.response_tokens:.1f}: response_length/mean"
+    raise AdviceError(
+        "generated tokens per turn: verl's response_length counts tool output too in multi-turn runs; "
+        "give a Prometheus URL (SGLang's per-request counters) or --generated-tokens-per-turn"
+    )
+
+
+def _appended(
+    log: RolloutLogSummary | None, serving: ServingSummary | None, turns_mean: float, generated: float
+) -> tuple[tuple[float, float], str]:
+    """New prompt tokens per turn (PEARL's ΔL) and the mean context a turn sees."""
+    if serving is not None:
+        cached = "prompt − cached" if serving.cached_tokens is not None else "prompt (no cached-token counter)"
+        note = f"appended tokens per turn {serving.appended_tokens:.1f}: {cached} per request, {serving.source}"
+        return (serving.appended_tokens, serving.prompt_tokens), note
+    assert log is not None  # workload_from_logs has one or the other
+    total_input = log.prompt_tokens + log.response_tokens - turns_mean * generated
+    if total_input < 0:
+        raise AdviceError(
+            f"{turns_mean:.2f} turns × {generated:g} generated tokens exceed the {log.response_tokens:.0f} "
+            "response tokens the log measured: check --generated-tokens-per-turn"
+        )
+    appended = total_input / turns_mean
+    note = f"appended tokens per turn {appended:.1f}: (prompt + response − turns·generated) / turns"
+    return (appended, (log.prompt_tokens + log.response_tokens) / 2), note
+
+
+def _env_time(inputs: AdviceInputs, log: RolloutLogSummary | None, turns_mean: float) -> tuple[float, str]:
+    """Tool (environment) seconds per turn."""
+    if inputs.env_time_per_turn_s is not None:
+        return inputs.env_time_per_turn_s, f"tool time per turn {inputs.env_time_per_turn_s:g} s: --env-time-s"
+    if log is not None:
+        env = log.tool_s_per_trajectory / turns_mean
+        return env, f"tool time per turn {env:.2f} s: timing_s/agent_loop/tool_calls/mean ÷ turns"
+    raise AdviceError("tool time per turn: give a verl/wandb log with agent-loop timings, or --env-time-s")
 
 
 def device_params(

@@ -16,10 +16,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from pearl_sched.advisor import AdviceError, AdviceInputs, workload_from_logs
 from pearl_sched.cli import app
 from pearl_sched.framework_configs import verl_nodes
 from pearl_sched.profiles.dataset import ProfileFormatError
-from pearl_sched.profiles.prometheus_api import PrometheusQueryError, query_sglang, sglang_queries
+from pearl_sched.profiles.prometheus_api import PrometheusQueryError, ServingSummary, query_sglang, sglang_queries
 from pearl_sched.profiles.rl_logs import summarise
 
 from .fake_prometheus import FakePrometheus
@@ -352,3 +353,34 @@ def test_the_lent_layout_predictions_use_the_same_model_as_the_plan() -> None:
     assert ratio is not None
     groups = yaml.safe_load(text)["sglang"][0]["server_groups"]
     assert [g["num_gpus"] // 2 for g in groups] == [int(ratio.group(1)), int(ratio.group(2))]
+
+
+def test_each_workload_figure_says_which_input_it_needs() -> None:
+    serving = ServingSummary(
+        source="Prometheus fake",
+        window="5m",
+        itl_s=0.03,
+        ttft_s=0.3,
+        running_requests=96,
+        prompt_tokens=3000,
+        generation_tokens=200,
+        servers=4,
+    )  # no cached-token counter: all of the prompt counts as appended
+    base = AdviceInputs(budget_gpus=8, model="qwen3-8b", gpu="h200_sxm", tp=2, batch_size=64)
+    with pytest.raises(AdviceError, match="advise needs a profile"):
+        workload_from_logs(base, None, None, 1.0)
+    with pytest.raises(AdviceError, match="turns per trajectory"):
+        workload_from_logs(base, None, serving, 1.0)
+    with pytest.raises(AdviceError, match="tool time per turn"):
+        workload_from_logs(base.model_copy(update={"turns": 3.0}), None, serving, 1.0)
+    load, notes = workload_from_logs(
+        base.model_copy(update={"turns": 3.0, "env_time_per_turn_s": 2.0}), None, serving, 1.0
+    )
+    assert (load.turns, load.generated_tokens_per_turn, load.appended_tokens_per_turn) == (3.0, 200, 3000)
+    assert "prompt (no cached-token counter)" in notes[2]
+    log = summarise(DATA / "verl_metrics.jsonl")  # 5.4 turns, 1491.7 + 5276.3 tokens per trajectory
+    with pytest.raises(AdviceError, match=r"5\.40 turns × 2000 generated tokens exceed the 5276 response tokens"):
+        workload_from_logs(base.model_copy(update={"generated_tokens_per_turn": 2000.0}), log, None, 1.0)
+    load, _ = workload_from_logs(base.model_copy(update={"generated_tokens_per_turn": 180.0}), log, None, 1.0)
+    assert load.appended_tokens_per_turn == pytest.approx((1491.7 + 5276.3 - 5.4 * 180) / 5.4)
+    assert load.env_time_per_turn_s == pytest.approx(62.7 / 5.4) and load.turns == 8.0
