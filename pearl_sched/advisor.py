@@ -82,6 +82,8 @@ class Advice:
     serving: ServingSummary | None
     decode_scale: float | None
     notes: tuple[str, ...]
+    idle_window_s: float = 0.0
+    state: ClusterState | None = None
 
     @property
     def lent_workers(self) -> int:
@@ -323,7 +325,7 @@ def advise(
         notes.append(f"training GPUs idle {idle_s:.0f} s per step while rollout runs ({source})")
     state = cluster_state(inputs, workload, idle_s)
     result = plan(state, model, costs=STEADY_STATE_COSTS)
-    return Advice(inputs, result, params, model, workload, log, serving, scale, (*notes, *device_notes))
+    return Advice(inputs, result, params, model, workload, log, serving, scale, (*notes, *device_notes), idle_s, state)
 
 
 def _all_colocated(inputs: AdviceInputs) -> PoolCapacity:

@@ -1,8 +1,8 @@
 """An :class:`~pearl_sched.advisor.Advice` written in an RL framework's own configuration (docs/advise.md).
 
 Each framework can express only some rollout layouts; where pearl_sched's plan is not one of them, the best layout
-the framework can express (lowest predicted makespan — plus the toggle cost when it lends, as the borrowing gate
-weighs a loan — then fewest GPUs) is written instead and the gap is said.
+the framework can express (lowest predicted makespan, then fewest GPUs; a layout that lends only where the planner's
+borrowing gate passes it) is written instead and the gap is said.
 What each can express, read from its code:
 
 - **verl 0.9.1** (``verl/workers/config/disaggregation.py``, ``verl/trainer/config/rollout/rollout.yaml``,
@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pearl_sched.advisor import LENDABLE_PREFIX, STEADY_STATE_COSTS, Advice, Framework
+from pearl_sched.config import PolicyConfig
+from pearl_sched.plans import PolicyState
+from pearl_sched.policies import borrow_gate
 from pearl_sched.state import Mode, Role, ratio_label
 
 VERL_VERSION = "0.9.1"
@@ -121,13 +124,30 @@ def verl_nodes(gpus: int, replica_gpus: int, per_node: int) -> tuple[int, int] |
     return None
 
 
+def _loan_pays(advice: Advice, dedicated_used: int, layout: Layout) -> bool:
+    """The planner's borrowing gate on a colocated layout with its loan against the same without it."""
+    alone = _makespan_s(advice, Mode.COLOCATED, 0, 0, dedicated_used)
+    return borrow_gate(
+        makespan_dedicated_s=alone,
+        makespan_full_s=layout.predicted_s,
+        unfinished_fraction=advice.workload.unfinished_fraction,
+        state=PolicyState(),
+        costs=STEADY_STATE_COSTS,
+        config=PolicyConfig(),
+        idle_window_s=advice.idle_window_s,
+    ).allow
+
+
 def _candidates(advice: Advice, framework: Framework) -> Iterator[Layout | None]:
     dedicated, lendable = _worker_counts(advice)
     tp, per_node = advice.inputs.tp, advice.inputs.gpus_per_node
     lend_options = [0] + ([lendable] if advice.lent_workers and framework in ("verl", "roll") else [])
     for lent in lend_options:
         for used in range(1, dedicated + 1):  # dedicated workers used, the lent ones on top
-            yield _predict(advice, Mode.COLOCATED, 0, 0, used + lent, lent)
+            layout = _predict(advice, Mode.COLOCATED, 0, 0, used + lent, lent)
+            if lent and layout is not None and not _loan_pays(advice, used, layout):
+                continue
+            yield layout
     if framework == "verl":
         for decode_per in range(1, dedicated):
             for replicas in range(1, dedicated // (1 + decode_per) + 1):
@@ -174,22 +194,30 @@ def advise_for(advice: Advice, framework: Framework) -> FrameworkAdvice:
     options = [c for c in _candidates(advice, framework) if c is not None and not _expressible(advice, framework, c)]
     if not options:
         raise ValueError(f"{framework} can express no layout whose KV holds the batch within the budget")
-    toggle_s = STEADY_STATE_COSTS.activation_s + STEADY_STATE_COSTS.deactivation_s  # T̂_toggle before measurements
-
-    def score(c: Layout) -> tuple[float, int]:  # a loan pays its toggle every step, as the borrowing gate weighs it
-        return round(c.predicted_s + (toggle_s if c.lent else 0.0), 9), c.workers
-
-    best = min(options, key=score)
+    best = min(options, key=lambda c: (round(c.predicted_s, 9), c.workers))
     return FrameworkAdvice(framework, best, planned, why)
 
 
 # -- writing ------------------------------------------------------------------------------------------------------
+def _sizes(advice: Advice) -> str:
+    """The plan's workers by role and size (``prefill 5×tp2; decode 3×tp2``), as ``pearl-sched plan`` prints them."""
+    from pearl_sched.transition import chosen_sizes
+
+    assert advice.state is not None
+    sizes = chosen_sizes(advice.state, advice.plan.actions)
+    return "; ".join(
+        f"{role.value} " + " + ".join(f"{n}×{label}" for label, n in sorted(sizes[role].items()))
+        for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+        if role in sizes
+    )
+
+
 def _why_no_loan(fa: FrameworkAdvice) -> str:
     if not fa.planned.lent:
         return ""
     if fa.framework in ("slime", "areal"):
         return f" (the plan lends, but {fa.framework} cannot lend training GPUs)"
-    return " (the plan's loan pays in its own layout; in this one it would not repay its toggle cost)"
+    return " (the plan's loan pays in its own layout; in this one the borrowing gate refuses it)"
 
 
 def _header(advice: Advice, fa: FrameworkAdvice, comment: str = "#") -> list[str]:
@@ -214,6 +242,8 @@ def _header(advice: Advice, fa: FrameworkAdvice, comment: str = "#") -> list[str
     else:
         lines.append("pearl_sched's plan: this layout")
     lines.append(f"planner's decision: {a.plan.decision.reason}")  # the gates' figures: gain against toggle cost
+    if a.state is not None:
+        lines.append(f"plan's worker sizes: {_sizes(a)}")
     lines.append(
         "lending: "
         + (

@@ -32,37 +32,23 @@ DATA = Path("tests/data/advise")  # relative: the golden files name their source
 GOLDEN = ROOT / "tests" / "golden" / "advise"
 runner = CliRunner()
 
-COMMON = ["--model", "qwen3-8b", "--gpu", "h200_sxm", "--tp", "2", "--batch", "512"]
-LENDING = [str(DATA / "verl_metrics.jsonl"), "--budget", "8", "--train-gpus", "8"]
-LENDING += ["--generated-tokens-per-turn", "180", *COMMON]
-DEDICATED = [str(DATA / "verl_metrics.jsonl"), "--budget", "16", "--generated-tokens-per-turn", "180", *COMMON]
+COMMON = ["--model", "qwen3-8b", "--gpu", "h200_sxm", "--generated-tokens-per-turn", "180"]
+LOG = str(DATA / "verl_metrics.jsonl")
+LENDING = [LOG, "--budget", "8", "--train-gpus", "8", "--tp", "2", "--batch", "512", *COMMON]  # the plan lends
+PARTIAL = [LOG, "--budget", "16", "--train-gpus", "8", "--tp", "2", "--batch", "512", *COMMON]  # lends 3 of 4
+DEDICATED = [LOG, "--budget", "16", "--tp", "1", "--batch", "128", *COMMON]  # the plan is disaggregated
 GOLDEN_CASES = {
     "verl.txt": ["-f", "verl", *LENDING],
     "slime.yaml": ["-f", "slime", *LENDING],
     "roll.yaml": ["-f", "roll", *LENDING],
     "areal.yaml": ["-f", "areal", *LENDING],
+    "roll_partial_loan.yaml": ["-f", "roll", *PARTIAL],
     "verl_dedicated.txt": ["-f", "verl", *DEDICATED],
-    "roll_no_loan.yaml": ["-f", "roll", *DEDICATED, "--train-gpus", "8"],
     "slime_dedicated.yaml": ["-f", "slime", *DEDICATED],
-    "verl_pd.txt": [
-        "-f",
-        "verl",
-        str(DATA / "verl_metrics.jsonl"),
-        "--budget",
-        "12",
-        "--generated-tokens-per-turn",
-        "180",
-        "--model",
-        "qwen3-8b",
-        "--gpu",
-        "h200_sxm",
-        "--tp",
-        "1",
-        "--batch",
-        "512",
-    ],
+    "verl_pd.txt": ["-f", "verl", LOG, "--budget", "12", "--tp", "1", "--batch", "64", *COMMON],
 }
 
+BASIC = ["--model", "qwen3-8b", "--gpu", "h200_sxm", "--tp", "2", "--batch", "512"]
 SGLANG_RATES = {  # per second over the window, as a fake Prometheus holds them
     "sglang:inter_token_latency_seconds_sum": 3.0,
     "sglang:inter_token_latency_seconds_count": 100.0,  # ITL 30 ms
@@ -117,13 +103,15 @@ def test_bad_logs_are_one_line_and_exit_2(tmp_path: Path, name: str, content: st
     path.write_text(content)
     with pytest.raises(ProfileFormatError, match=message):
         summarise(path)
-    code, out, err = advise(str(path), "-f", "verl", "--budget", "8", *COMMON)
+    code, out, err = advise(str(path), "-f", "verl", "--budget", "8", *BASIC)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("error: ") and re.search(message, err)
 
 
 def test_a_multi_turn_verl_log_alone_does_not_say_the_tokens_per_turn() -> None:
-    code, _, err = advise(str(DATA / "verl_metrics.jsonl"), "-f", "verl", "--budget", "8", *COMMON)
+    code, _, err = advise(
+        LOG, "-f", "verl", "--budget", "8", "--model", "qwen3-8b", "--gpu", "h200_sxm", "--batch", "64"
+    )
     assert code == 2 and "response_length counts tool output too" in err and err.count("\n") == 1
 
 
@@ -145,7 +133,7 @@ def test_prometheus_figures_come_from_rate_queries_over_the_window() -> None:
 def test_prometheus_profile_calibrates_decode_and_gives_per_turn_tokens() -> None:
     fake = FakePrometheus(SGLANG_RATES, {"sglang:num_running_reqs": 96.0}, {"sglang:num_running_reqs": 4.0}).start()
     try:
-        code, out, err = advise(str(DATA / "verl_metrics.jsonl"), fake.url, "-f", "slime", "--budget", "16", *COMMON)
+        code, out, err = advise(LOG, fake.url, "-f", "slime", "--budget", "16", *BASIC)
     finally:
         fake.stop()
     assert code == 0, err
@@ -165,7 +153,7 @@ def test_prometheus_profile_calibrates_decode_and_gives_per_turn_tokens() -> Non
 def test_prometheus_failures_are_one_line() -> None:
     fake = FakePrometheus({}, {}, {}).start()  # no SGLang series at all
     try:
-        code, _, err = advise(fake.url, "-f", "verl", "--budget", "8", "--turns", "4", "--env-time-s", "2", *COMMON)
+        code, _, err = advise(fake.url, "-f", "verl", "--budget", "8", "--turns", "4", "--env-time-s", "2", *BASIC)
     finally:
         fake.stop()
     assert code == 2 and "no data for itl_s over the last 5m" in err and err.count("\n") == 1
@@ -179,7 +167,7 @@ def test_prometheus_failures_are_one_line() -> None:
         sglang_queries("5 minutes")
     with pytest.raises(ValueError, match="label matchers"):
         sglang_queries("5m", 'job="a"} or vector(1) {')
-    code, _, err = advise("http://127.0.0.1:9/", "-f", "verl", "--budget", "8", "--turns", "2", *COMMON)
+    code, _, err = advise("http://127.0.0.1:9/", "-f", "verl", "--budget", "8", "--turns", "2", *BASIC)
     assert code == 2 and "unreachable" in err and err.count("\n") == 1
 
 
@@ -304,25 +292,26 @@ def test_areal_backend_string_follows_its_grammar() -> None:
 
 
 def test_each_framework_writes_only_what_it_can_express() -> None:
-    """The lending plan (disaggregated with training GPUs lent) is expressible nowhere as planned: verl and ROLL keep
-    the lending and go colocated; slime keeps PD without lending; AReaL is colocated without lending."""
-    plan = re.search(r"pearl_sched's plan is (\w+) (\w+) with (\d+) training workers", golden("verl.txt"))
-    assert plan is not None and plan.group(1) == "disaggregated"
-    assert "verl refuses hybrid_rollout.enable_switch (lending) with rollout disaggregation" in golden("verl.txt")
-    assert "slime has no way to lend training GPUs" in golden("slime.yaml")
-    assert "roll has no prefill-decode disaggregation" in golden("roll.yaml")
-    assert "areal has no way to lend" in golden("areal.yaml")
+    """The lending plan (colocated with the training GPUs lent) is written as planned for verl (hybrid switch) and
+    ROLL (partial-GPU mode); slime and AReaL cannot lend and get their best dedicated layout. A plan lending 3 of 4
+    training workers is not ROLL's all-or-none loan; a PD plan of 3P13D is not verl's 1 prefill + n decode."""
     for name in ("verl.txt", "roll.yaml"):
         assert "(8 lent from training)" in golden(name) and "lending: lend the 8 training GPUs" in golden(name)
+        assert "# pearl_sched's plan: this layout" in golden(name)
     for name in ("slime.yaml", "areal.yaml"):
+        assert f"{name.split('.')[0]} has no way to lend training GPUs" in golden(name)
         assert "lending: none (the plan lends, but" in golden(name) and "cannot lend training GPUs)" in golden(name)
     for name in ("verl.txt", "slime.yaml", "roll.yaml", "areal.yaml"):  # the gate's own figures are shown
-        assert re.search(r"# planner's decision: .*borrow: gain [0-9.]+ s > toggle cost [0-9.]+ s", golden(name))
-    # with 16 dedicated GPUs the plan's loan pays only disaggregated; colocated, ROLL's would not repay its toggle
-    assert "partial_gpu_mode: false" in golden("roll_no_loan.yaml")
-    assert "in this one it would not repay its toggle cost" in golden("roll_no_loan.yaml")
+        assert re.search(r"# planner's decision: .*borrow: gain [0-9.]+ s > [a-z ]+ [0-9.]+ s", golden(name))
+    assert "roll lends all 4 training workers or none, not 3" in golden("roll_partial_loan.yaml")
+    assert "partial_gpu_mode: true" in golden("roll_partial_loan.yaml")
+    assert "verl's PD replicas have 1 prefill and n decode servers each" in golden("verl_dedicated.txt")
+    assert "actor_rollout_ref.rollout.disaggregation.enabled=True" in golden("verl_dedicated.txt")
+    assert "# pearl_sched's plan: this layout" in golden("verl_pd.txt")
     gaps = [float(g) for g in re.findall(r"this layout is ([+-][0-9.]+)%", "".join(map(golden, GOLDEN_CASES)))]
-    assert len(gaps) == 7 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
+    assert len(gaps) == 4 and all(g >= 0 for g in gaps)  # never better than the plan, scored the planner's way
+    for name in GOLDEN_CASES:  # the plan's worker sizes, as pearl-sched plan prints them
+        assert re.search(r"# plan's worker sizes: (prefill|colocated) \d+×tp[12]", golden(name))
 
 
 def test_verl_places_whole_replicas_inside_nodes() -> None:
@@ -338,7 +327,7 @@ def test_verl_places_whole_replicas_inside_nodes() -> None:
 def test_unknown_framework_and_bad_options_exit_2() -> None:
     code, _, err = advise(*LENDING, "-f", "openrlhf")
     assert code == 2 and "--framework is one of verl, slime, roll, areal" in err
-    code, _, err = advise(str(DATA / "verl_metrics.jsonl"), "-f", "verl", "--budget", "0", *COMMON)
+    code, _, err = advise(LOG, "-f", "verl", "--budget", "0", *BASIC)
     assert code == 2 and "budget_gpus" in err and err.count("\n") == 1
     code, _, err = advise(*DEDICATED, "-f", "verl", "--model", "gpt-9")  # the last --model counts
     assert code == 2 and "no shipped config 'gpt-9'" in err and err.count("\n") == 1
@@ -352,7 +341,8 @@ def test_the_lent_layout_predictions_use_the_same_model_as_the_plan() -> None:
     ratio = re.search(r"disaggregated (\d+)P(\d+)D", text)
     assert ratio is not None
     groups = yaml.safe_load(text)["sglang"][0]["server_groups"]
-    assert [g["num_gpus"] // 2 for g in groups] == [int(ratio.group(1)), int(ratio.group(2))]
+    per_engine = yaml.safe_load(text)["sglang"][0]["num_gpus_per_engine"]
+    assert [g["num_gpus"] // per_engine for g in groups] == [int(ratio.group(1)), int(ratio.group(2))]
 
 
 def test_each_workload_figure_says_which_input_it_needs() -> None:
