@@ -1,4 +1,8 @@
-"""A rollout client that never loses a request while the cluster changes under it.
+"""Rollout clients that never lose a request while the cluster changes under them.
+
+:class:`RolloutClient` is synchronous; :class:`AsyncRolloutClient` is the same protocol on ``httpx.AsyncClient``
+for frameworks whose rollout loop is asyncio (verl's and slime's agent loops are), so a turn in flight never blocks
+the event loop. Both pass SGLang sampling parameters through and return per-token logprobs when asked.
 
 Requests go through the gateway. When a worker is drained with ``abort`` or preempted, the request comes back
 with ``finish_reason.type == "abort"`` and the tokens generated so far — or the gateway answers 5xx for a
@@ -9,6 +13,7 @@ tokens still owed, until the turn is complete (the partial-trajectory resubmissi
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +38,54 @@ class Completion:
     retries: int
     weight_versions: tuple[str, ...]
     output_logprobs: tuple[float, ...] = ()  # one per output token when asked for (``return_logprob``)
+
+
+class _Turn:
+    """One turn being assembled across submissions: the payload of the next one, and what each answer added."""
+
+    def __init__(
+        self, prompt_ids: list[int], max_new_tokens: int, sampling_params: Mapping[str, Any] | None, logprob: bool
+    ) -> None:
+        self.prompt_ids = prompt_ids
+        self.max_new_tokens = max_new_tokens
+        self.sampling_params = dict(sampling_params or {})
+        self.return_logprob = logprob
+        self.output: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[str] = []
+        self.resubmits = 0
+        self.retries = 0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.output) >= self.max_new_tokens
+
+    def payload(self) -> dict[str, Any]:
+        """The ``/generate`` body for the tokens still owed: the prompt plus what was generated so far."""
+        body: dict[str, Any] = {
+            "input_ids": [*self.prompt_ids, *self.output],
+            "sampling_params": {**self.sampling_params, "max_new_tokens": self.max_new_tokens - len(self.output)},
+        }
+        if self.return_logprob:
+            body["return_logprob"] = True
+        return body
+
+    def take(self, data: Mapping[str, Any]) -> bool:
+        """Add one answer's tokens (and logprobs); True when the turn is done, False when it was aborted."""
+        meta = data.get("meta_info", {})
+        produced = list(data.get("output_ids") or [])[: int(meta.get("completion_tokens", 0))]
+        self.output.extend(produced)
+        if self.return_logprob:
+            entries = list(meta.get("output_token_logprobs") or [])[: len(produced)]
+            self.logprobs.extend(float(e[0]) for e in entries)
+        self.versions.append(str(meta.get("weight_version", "")))
+        if (meta.get("finish_reason") or {}).get("type") == "abort":
+            self.resubmits += 1
+            return False
+        return True
+
+    def completion(self) -> Completion:
+        return Completion(tuple(self.output), self.resubmits, self.retries, tuple(self.versions), tuple(self.logprobs))
 
 
 class RolloutClient:
@@ -94,43 +147,112 @@ class RolloutClient:
                 ``max_new_tokens`` is set per submission to the tokens still owed.
             return_logprob: Ask SGLang for each output token's log-probability (``output_token_logprobs``).
         """
-        output: list[int] = []
-        logprobs: list[float] = []
-        resubmits = retries = 0
-        versions: list[str] = []
+        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob)
         deadline = time.monotonic() + self.patience_s
-        while len(output) < max_new_tokens:
-            payload: dict[str, Any] = {
-                "input_ids": [*prompt_ids, *output],
-                "sampling_params": {**(sampling_params or {}), "max_new_tokens": max_new_tokens - len(output)},
-            }
-            if return_logprob:
-                payload["return_logprob"] = True
+        while not turn.complete:
             try:
-                response = self.http.post("/generate", json=payload)
+                response = self.http.post("/generate", json=turn.payload())
             except httpx.HTTPError as exc:
-                retries += 1
+                turn.retries += 1
                 self._wait(deadline, f"gateway unreachable ({exc})")
                 continue
             if response.status_code != 200:
-                retries += 1
+                turn.retries += 1
                 self._wait(deadline, f"HTTP {response.status_code}: {response.text[:200]}")
                 continue
-            data = response.json()
-            meta = data.get("meta_info", {})
-            produced = list(data.get("output_ids") or [])[: int(meta.get("completion_tokens", 0))]
-            output.extend(produced)
-            if return_logprob:
-                entries = list(meta.get("output_token_logprobs") or [])[: len(produced)]
-                logprobs.extend(float(e[0]) for e in entries)
-            versions.append(str(meta.get("weight_version", "")))
-            if (meta.get("finish_reason") or {}).get("type") == "abort":
-                resubmits += 1
-                continue
-            break
-        return Completion(tuple(output), resubmits, retries, tuple(versions), tuple(logprobs))
+            if turn.take(response.json()):
+                break
+        return turn.completion()
 
     def _wait(self, deadline: float, why: str) -> None:
         if time.monotonic() > deadline:
             raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
         time.sleep(0.1)
+
+
+class AsyncRolloutClient:
+    """:class:`RolloutClient`'s protocol on ``httpx.AsyncClient``: many turns in flight on one event loop."""
+
+    def __init__(
+        self,
+        gateway_url: str,
+        *,
+        timeout_s: float = 120.0,
+        patience_s: float = 120.0,
+        api_key: str | FromEnv | None = FROM_ENV,
+        max_connections: int = 256,
+    ) -> None:
+        """Open an asynchronous HTTP client on the gateway.
+
+        Args:
+            gateway_url: ``scheme://host:port`` of the SGLang model gateway (smg) or one SGLang server.
+            timeout_s: seconds one ``/generate`` call may take (connecting: 5 s).
+            patience_s: seconds a turn keeps retrying while the gateway answers 5xx (no worker of a kind).
+            api_key: the bearer key; by default ``$PEARL_SCHED_API_KEY``, ``None`` for none.
+            max_connections: concurrent connections to the gateway (turns beyond it wait for one).
+
+        Raises:
+            InvalidArgumentError: a malformed gateway URL or API key.
+        """
+        key = resolve_api_key(api_key)
+        self.http = httpx.AsyncClient(
+            base_url=validate_url(gateway_url, what="gateway URL"),
+            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            headers={"Authorization": f"Bearer {key}"} if key is not None else None,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+        self.patience_s = patience_s
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncRolloutClient:
+        """The client itself; leaving the ``async with`` block closes it."""
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Close the HTTP connections."""
+        await self.aclose()
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        sampling_params: Mapping[str, Any] | None = None,
+        *,
+        return_logprob: bool = False,
+    ) -> Completion:
+        """One turn of ``max_new_tokens`` tokens, resubmitted across aborts until complete (awaitable).
+
+        Args:
+            prompt_ids: The prompt's token ids.
+            max_new_tokens: Tokens owed for the turn.
+            sampling_params: SGLang sampling parameters passed through (temperature, top_p, stop, …);
+                ``max_new_tokens`` is set per submission to the tokens still owed.
+            return_logprob: Ask SGLang for each output token's log-probability (``output_token_logprobs``).
+
+        Raises:
+            AdapterError: the gateway answered no success within ``patience_s``.
+        """
+        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob)
+        deadline = time.monotonic() + self.patience_s
+        while not turn.complete:
+            try:
+                response = await self.http.post("/generate", json=turn.payload())
+            except httpx.HTTPError as exc:
+                turn.retries += 1
+                await self._wait(deadline, f"gateway unreachable ({exc})")
+                continue
+            if response.status_code != 200:
+                turn.retries += 1
+                await self._wait(deadline, f"HTTP {response.status_code}: {response.text[:200]}")
+                continue
+            if turn.take(response.json()):
+                break
+        return turn.completion()
+
+    async def _wait(self, deadline: float, why: str) -> None:
+        if time.monotonic() > deadline:
+            raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
+        await asyncio.sleep(0.1)

@@ -2,7 +2,9 @@
 
 ``pearl-sched plan REQUEST.json`` prints the plan (a readable summary, or ``--json``);
 ``pearl-sched schema`` prints the JSON schemas of the input and output documents;
-``pearl-sched demo`` runs the end-to-end simulated comparison, ``pearl-sched simulate SCENARIO`` any scenario.
+``pearl-sched demo`` runs the end-to-end simulated comparison, ``pearl-sched simulate SCENARIO`` any scenario;
+``pearl-sched advise --framework verl|slime|roll|areal --budget N PROFILE`` writes a rollout configuration in a
+framework's own format from its training logs or Prometheus (docs/advise.md).
 Errors in the input are reported in one clear message with exit code 2; an infeasible budget exits 3.
 """
 
@@ -434,6 +436,89 @@ def demo_command(
 ) -> None:
     """The end-to-end comparison (PEARL §6 setting) of ROLL, ROLL-Large, RLBoost+, PEARL and pearl_sched."""
     _run_simulation("e2e", list(DEMO_POLICIES), data, out, processes, True)
+
+
+@app.command("advise")
+def advise_command(
+    profile: Annotated[
+        list[str], typer.Argument(help="verl metrics (JSONL or console log), a wandb history CSV, a Prometheus URL")
+    ],
+    framework: Annotated[str, typer.Option("--framework", "-f", help="verl, slime, roll or areal")],
+    budget: Annotated[int, typer.Option(help="Dedicated rollout GPUs")],
+    model: Annotated[str, typer.Option(help="Model: qwen3-8b, qwen3-30b-a3b, qwen3-32b or llama-3.1-8b")],
+    gpu: Annotated[str, typer.Option(help="GPU as aiconfigurator names it: h200_sxm, h100_sxm, b200_sxm, ...")],
+    batch: Annotated[int, typer.Option(help="Trajectories per rollout step (prompts × group size)")],
+    tp: Annotated[int, typer.Option(help="GPUs per rollout worker (tensor parallel)")] = 1,
+    train_gpus: Annotated[int, typer.Option(help="Training GPUs that may be lent to rollout")] = 0,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    turns: Annotated[float | None, typer.Option(help="LLM turns of the slowest trajectory (override)")] = None,
+    generated_tokens_per_turn: Annotated[
+        float | None, typer.Option(help="Tokens generated per LLM turn (override; needed for multi-turn verl logs)")
+    ] = None,
+    env_time_s: Annotated[float | None, typer.Option(help="Tool seconds per turn (override)")] = None,
+    window: Annotated[str, typer.Option(help="Prometheus rate() window, e.g. 5m")] = "5m",
+    prom_selector: Annotated[str, typer.Option(help='Prometheus label matchers, e.g. job="sglang"')] = "",
+    timeout_s: Annotated[float, typer.Option(help="Seconds per Prometheus HTTP call")] = 10.0,
+    predictor: Annotated[str, typer.Option(help="improved or pearl (PEARL's closed form)")] = "improved",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Also write the config to this file")] = None,
+) -> None:
+    """Print the rollout mode, P:D ratio, worker size and lending policy in a framework's own config format."""
+    from pearl_sched.advisor import FRAMEWORKS, AdviceError, AdviceInputs, advise
+    from pearl_sched.framework_configs import render
+    from pearl_sched.predictors import PREDICTORS
+    from pearl_sched.profiles.prometheus_api import PrometheusQueryError, ServingSummary, query_sglang
+    from pearl_sched.profiles.rl_logs import RolloutLogSummary, summarise
+
+    if framework not in FRAMEWORKS:
+        _fail(f"--framework is one of {', '.join(FRAMEWORKS)}, not {framework!r}")
+    if predictor not in PREDICTORS:
+        _fail(f"--predictor is pearl or improved, not {predictor!r}")
+    if not (math.isfinite(timeout_s) and 0 < timeout_s <= 600):
+        _fail(f"--timeout-s is seconds per HTTP call, above 0 and at most 600, not {timeout_s}")
+    if output is not None:
+        _check_writable_file(output, "-o/--output")
+    try:
+        inputs = AdviceInputs(
+            budget_gpus=budget,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            batch_size=batch,
+            training_gpus=train_gpus,
+            gpus_per_node=gpus_per_node,
+            turns=turns,
+            generated_tokens_per_turn=generated_tokens_per_turn,
+            env_time_per_turn_s=env_time_s,
+        )
+    except ValidationError as exc:
+        _fail(f"advise options: {validation_summary(exc)}")
+    log: RolloutLogSummary | None = None
+    serving: ServingSummary | None = None
+    for source in profile:
+        is_url = source.startswith(("http://", "https://"))
+        if (serving if is_url else log) is not None:
+            _fail(f"{source}: give at most one training log and one Prometheus URL")
+        try:
+            if is_url:
+                serving = query_sglang(source, window=window, selector=prom_selector, timeout_s=timeout_s)
+            else:
+                log = summarise(Path(source))
+        except (PearlSchedError, ValueError) as exc:  # ProfileFormatError, PrometheusQueryError, a bad URL
+            _fail(str(exc))
+    try:
+        advice = advise(inputs, log=log, serving=serving, predictor=predictor)
+        text = render(advice, framework)  # type: ignore[arg-type]
+    except InfeasiblePlanError as exc:
+        extra = f" (need ≥ {exc.min_gpus_needed} GPUs)" if exc.min_gpus_needed is not None else ""
+        _fail(f"infeasible: {exc}{extra}; binding constraint: {exc.binding_constraint}", EXIT_INFEASIBLE)
+    except (AdviceError, PrometheusQueryError, PearlSchedError, ValueError) as exc:
+        _fail(str(exc))
+    sys.stdout.write(text)
+    if output is not None:
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            _fail(f"{output}: cannot write: {exc.strerror or exc}")
 
 
 @app.command("schema")
