@@ -154,6 +154,7 @@ class Setting:
                 max_length=s.max_length_tokens,
                 seed=s.seed * 1_000_003 + step,
                 output_scale=s.output_scale,
+                group_size=s.group_size,
             )
         )
 
