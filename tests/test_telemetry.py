@@ -244,6 +244,9 @@ def test_the_simulated_cluster_reports_sglang_series_and_the_improved_planner_is
 
     scenario = tiny()
     setting = setting_for(scenario, DATA)
+    prior = setting.serving_params()  # what the planner knows at launch: SGLang's pool, the router, the flags
+    assert prior.kv_pool_tokens == setting.kv_pool_tokens and prior.router == setting.router
+    assert prior.mixed_step_factor == pytest.approx(1.0)  # kernel composition: mixed = prefill + decode
     cluster = SimCluster(setting, costs=costs_for(scenario), dedicated_gpus=4, preemptible_gpus=0)
     assert cluster.serving_params is None and cluster.telemetry() == {}
     target = FixedColocated("c", (Zone.DEDICATED,)).decide(Event(EventKind.STEP_BOUNDARY, 0), cluster.observe())
