@@ -8,6 +8,7 @@ and its ratio to ROLL, to PEARL-faithful and to an oracle when those ran (``orac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -80,7 +81,8 @@ class Report:
             The ratio, or ``None`` when either policy did not run or the baseline's throughput is 0.
 
         Raises:
-            StopIteration: ``segment`` is not one of the segments both policies ran.
+            ScenarioError: ``segment`` is not one of the segments both policies ran (the message names the run
+                missing it and the segments it has).
         """
         if policy not in self.runs or baseline not in self.runs:
             return None
@@ -88,9 +90,18 @@ class Report:
         if segment is None:
             x, y = a.throughput_tok_s, b.throughput_tok_s
         else:
-            x = next(s.throughput_tok_s for s in a.segments if s.segment == segment)
-            y = next(s.throughput_tok_s for s in b.segments if s.segment == segment)
+            x, y = self._segment(a, segment).throughput_tok_s, self._segment(b, segment).throughput_tok_s
         return x / y if y > 0 else None
+
+    def _segment(self, run: PolicyRun, segment: str) -> SegmentResult:
+        found = next((s for s in run.segments if s.segment == segment), None)
+        if found is None:
+            ran = ", ".join(s.segment for s in run.segments) or "none"
+            raise ScenarioError(
+                f"scenario {self.scenario.name!r}: policy {run.policy!r} has no run of segment {segment!r}"
+                f" (it ran: {ran})"
+            )
+        return found
 
     def oracle(self) -> str | None:
         """The oracle the ``vs_oracle`` ratios use: ``oracle-hindsight`` when it ran, else ``oracle-static``."""
@@ -198,7 +209,8 @@ def run_policy_segment(
     decider = spec.build(setting, costs, config)
     if spec.fitted_hazard and isinstance(decider, PlannerDecider):
         decider.policy_state = PolicyState(preemption_hazard_per_s=fitted_hazard_per_s(scenario, data))
-    return run_segment(
+    started = time.perf_counter()
+    result = run_segment(
         setting,
         trace,
         decider,
@@ -211,6 +223,8 @@ def run_policy_segment(
         dedicated_gpus=fixed,
         preemptible_gpus=0 if fixed is not None else None,
     )
+    simulations = int(getattr(decider, "simulations", 0))  # the oracles that simulate ahead count their copies
+    return dataclasses.replace(result, wall_s=time.perf_counter() - started, simulations=simulations)
 
 
 def run_scenario(
