@@ -128,7 +128,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data: the scenario, the wall time, :meth:`rows`, and every segment's run.
 
-        Each run keeps its steps (with their throughput) and its role timeline.
+        Each run keeps its steps (with their throughput) and its role timeline; a run's wall time is left out, so
+        the same scenario gives the same JSON however it was run (serial, processes, Ray) apart from ``wall_s``.
         """
         return {
             "scenario": self.scenario.model_dump(mode="json"),
@@ -137,7 +138,7 @@ class Report:
             "runs": {
                 name: [
                     {
-                        **{k: v for k, v in asdict(seg).items() if k not in ("steps", "timeline")},
+                        **{k: v for k, v in asdict(seg).items() if k not in ("steps", "timeline", "wall_s")},
                         "throughput_tok_s": seg.throughput_tok_s,
                         "steps": [{**asdict(s), "throughput_tok_s": s.throughput_tok_s} for s in seg.steps],
                         "timeline": seg.timeline,
