@@ -62,8 +62,9 @@ logger = logging.getLogger(__name__)
 SEARCH_PREFILL_SHARES = (0.25, 0.5, 0.75)
 """The prefill shares of the P:D splits the affordable (beam) search tries per worker count."""
 
-SEARCH_BEAM = 2
-"""States kept per decision point by the affordable search (``oracle-hindsight`` in the shipped scenarios)."""
+SEARCH_BEAM = 1
+"""States kept per decision point by the affordable search (``oracle-hindsight`` in the shipped scenarios): one,
+the cost of a greedy lookahead over the full action space, so that it runs with the e2e scenario on two cores."""
 
 Score = tuple[float, float]  # (training start, rollout end): lower is better
 Plan = list[tuple[float, Assignment | None]]  # (decision time, action) in the order the cluster meets them
@@ -220,14 +221,22 @@ class HindsightSearch:
             points.append((trainer_idle_at, None))
         return sorted(points, key=lambda p: (p[0], p[1] is None))  # a trace change before training at one time
 
-    def _run(self, sim: SimCluster, *, stop: bool) -> bool:
+    def _run(self, sim: SimCluster, *, stop: bool, deadline_s: float = math.inf) -> bool | None:
         """Run ``sim``'s batch on, as the cluster's clock would; with ``stop``, to the next decision point.
 
+        Args:
+            sim: The copied cluster, its batch running.
+            stop: Stop at the next decision point where something changes.
+            deadline_s: Give up once the batch is still running past this time (it cannot beat the best plan).
+
         Returns:
-            True when stopped at a decision point (``sim.now`` is its time), False when the batch has ended.
+            True when stopped at a decision point (``sim.now`` is its time), False when the batch has ended,
+            None when it passed the deadline.
         """
         assert sim.batch is not None
         for at_s, gpus in self._points(sim.now, sim.trainer_idle_at):
+            if at_s > deadline_s:
+                break
             if not sim.advance(at_s):
                 return False
             if gpus is None:
@@ -237,37 +246,49 @@ class HindsightSearch:
             left, joined = sim.set_preemptible(max(0.0, gpus - self.dedicated_gpus))
             if stop and (left or joined):
                 return True
-        sim.advance(math.inf)
-        return False
+        if not sim.advance(deadline_s):
+            return False
+        return None
 
     def _score(self, sim: SimCluster) -> Score:
         """Finish ``sim``'s batch: when training could start, and the batch's end."""
         _, back_s, _ = sim.finish_batch()
         return max(back_s, sim.trainer_idle_at), sim.now
 
-    def _child(self, node: _Node, action: Assignment | None, cost: SearchCost) -> tuple[_Node | None, Score]:
+    def _child(
+        self, node: _Node, action: Assignment | None, cost: SearchCost, deadline_s: float
+    ) -> tuple[_Node | None, Score]:
         """Apply ``action`` to a copy of ``node``'s cluster; run it to the next decision point, then held to the end.
 
+        A copy still running past ``deadline_s`` (the best plan's training start so far) is abandoned: its
+        training cannot start earlier, so this prunes nothing an exhaustive search needs (branch and bound).
+
         Returns:
-            The state at the next decision point (``None`` when the batch ended first) and the held score.
+            The state at the next decision point (``None`` when the batch ended first or the copy was abandoned)
+            and the held score (infinite when abandoned).
         """
         sim = copy_cluster(node.sim)
         cost.simulations += 1
         plan: Plan = [*node.plan, (sim.now, action)]
+        never = (math.inf, math.inf)
         try:
             if action is not None:
                 sim.apply(action)
             if sim.batch is None:
                 if not any(slot.role is not None for slot in sim.slots):
-                    return None, (math.inf, math.inf)
+                    return None, never
                 sim.launch(sim.step)
-            if not self._run(sim, stop=True):
+            stopped = self._run(sim, stop=True, deadline_s=deadline_s)
+            if stopped is None:
+                return None, never
+            if not stopped:
                 return None, self._score(sim)
             child = _Node(copy_cluster(sim), plan)
-            self._run(sim, stop=False)
+            if self._run(sim, stop=False, deadline_s=deadline_s) is None:
+                return child, never  # it may still branch to something better: only its held plan lost
             child.held = self._score(sim)
         except (SimulationError, ValueError):
-            return None, (math.inf, math.inf)
+            return None, never
         return child, child.held
 
     # -- the search ---------------------------------------------------------------------------------------
@@ -290,7 +311,7 @@ class HindsightSearch:
                             f"{self.name}: the exhaustive search of step {cluster.step} passed"
                             f" {self.max_simulations} simulations; use a beam"
                         )
-                    child, score = self._child(node, action, cost)
+                    child, score = self._child(node, action, cost, best[0][0])
                     plan = [*node.plan, (node.sim.now, action)]
                     if score < best[0]:
                         best = (score, child.plan if child is not None else plan)
