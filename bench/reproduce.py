@@ -107,7 +107,8 @@ def _oracle_lines(report: Report) -> None:
     if run is None:
         return
     search = HindsightSearch()
-    kind = "exhaustive" if search.beam is None else f"pruned(beam={search.beam},shares={search.shares})"
+    shares = "all" if search.shares is None else "/".join(f"{x:g}" for x in search.shares)
+    kind = "exhaustive" if search.beam is None else f"pruned(beam={search.beam},shares={shares})"
     for seg in run.segments:
         print(
             f"# {HINDSIGHT} scenario={report.scenario.name} segment={seg.segment} search={kind}"
