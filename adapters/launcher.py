@@ -107,6 +107,7 @@ class ServerSpec:
     node: str | None = None
     api_key: str | None = field(default=None, repr=False)
     sglang_version: str | None = None  # the servers' SGLang; None: the installed one, else the newest known
+    dp: int = 1  # attention data-parallel ranks over the TP group (MoE worker sizes, docs/state.md)
 
     def __post_init__(self) -> None:
         """Validate every value that will reach the argv.
@@ -126,6 +127,8 @@ class ServerSpec:
             raise InvalidArgumentError(f"server {self.slot}: transfer backend {self.transfer_backend!r} is not a name")
         if not self.gpu_ids or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in self.gpu_ids):
             raise InvalidArgumentError(f"server {self.slot}: gpu_ids {self.gpu_ids!r} must be device indices")
+        if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1 or len(self.gpu_ids) % self.dp:
+            raise InvalidArgumentError(f"server {self.slot}: dp={self.dp!r} must divide its {len(self.gpu_ids)} GPUs")
         if self.api_key is not None:
             validate_api_key(self.api_key, what=f"server {self.slot}: API key")
         check_server_args(self.model_path, self.extra_args)
@@ -175,6 +178,8 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
             argv.append(ENABLE_PD_ROLE_SWITCH)
     elif spec.role != "regular":
         raise ValueError(f"server role must be regular, prefill or decode, not {spec.role!r}")
+    if spec.dp > 1:  # attention-DP inside the TP group: a worker size of docs/state.md
+        argv += ["--dp-size", str(spec.dp), "--enable-dp-attention"]
     if spec.enable_memory_saver:
         argv.append("--enable-memory-saver")
     if spec.api_key is not None:

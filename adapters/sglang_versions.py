@@ -49,6 +49,9 @@ BASE_FLAGS = frozenset(
         "--nnodes",
         "--node-rank",
         "--disable-cuda-graph",
+        # Attention-DP for MoE worker sizes; in SGLang's server arguments since 0.4 (not re-read from each wheel).
+        "--dp-size",
+        "--enable-dp-attention",
     }
 )
 ENABLE_PD_ROLE_SWITCH = "--enable-pd-role-switch"

@@ -5,11 +5,23 @@ dedicated and in-use preemptible GPUs serving a 1:3 P:D split, 10% of the preemp
 idle preemptible GPUs waiting to join and training GPUs lendable for 15 minutes; four node groups; the batch
 grows with the cluster (16 trajectories per GPU). Each line:
 
-    plan_latency gpus=<N> types=<1|2> backend=<name> p50_ms=<x> p95_ms=<y> objective=<J> plan=<ratio>
+    plan_latency gpus=<N> types=<1|2> sizes=<worker sizes> backend=<name> p50_ms=<x> p95_ms=<y>
+        cpu_p50_ms=<z> objective=<J> plan=<ratio>
+
+``cpu_p50_ms`` is the process CPU time of the call (all its threads): on a machine shared with other jobs it
+moves far less than the wall time.
+
+``sizes=1`` is the case above (every slot keeps its size; plan() chooses roles). The mixed-size case
+(``sizes=P1/2/4,D2/4/8,C2/4/8``, two GPU types) lets plan() regroup each node's GPUs into workers of three sizes
+per role (docs/formulation.md, "Worker sizes"): Qwen3-30B-A3B with the per-(GPU, TP) parameters, model limits
+and TP-dependent costs of ``examples/mixed-sizes.json``; the same zones and node groups, serving GPUs in TP2
+workers, idle preemptible GPUs in TP1 slots, training GPUs in TP8 slots. PEARL's enumeration keeps its own action
+space there (one size per slot, as in the paper's search), so its objective is no longer the same problem's.
 
 ``backend=auto`` is plan() with its default settings (the measured default backend).
 
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
+    [--worker-sizes one,mixed]
 """
 
 from __future__ import annotations
@@ -23,11 +35,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pearl_sched import GPU, Budget, ClusterState, PearlMakespanModel, Role, Status, Worker, Zone, plan
+from pearl_sched.config import TransitionCosts
+from pearl_sched.makespan import MakespanModel
 from pearl_sched.reference import PARAMS, reference_workload
+from pearl_sched.request import PlanRequest
 from pearl_sched.solvers import available_backends
 
 SLOW_BACKEND_BUDGET_S = 20.0
 MODEL = PearlMakespanModel(PARAMS)
+MIXED = PlanRequest.model_validate_json(
+    (Path(__file__).resolve().parent.parent / "examples" / "mixed-sizes.json").read_text()
+)
+MIXED_MODEL = PearlMakespanModel(MIXED.model)
+MIXED_LABEL = "P1/2/4,D2/4/8,C2/4/8"
+
+
+def mixed_cluster(gpus: int) -> ClusterState:
+    """The mixed-size case of the module docstring: the same cluster, regroupable into three sizes per role."""
+    base = cluster(gpus, 2)
+    workers: list[Worker] = []
+    by_node: dict[str, list[GPU]] = {}
+    for g in base.gpus:
+        by_node.setdefault(g.node, []).append(g)
+    old = {w.gpu_ids[0]: w for w in base.workers}
+    for node_gpus in by_node.values():
+        first = old[node_gpus[0].id]
+        width = 8 if first.role is Role.TRAINING else 2 if first.status is Status.ACTIVE else 1
+        for i in range(0, len(node_gpus), width):
+            group = node_gpus[i : i + width]
+            lead = old[group[0].id]
+            ids = tuple(g.id for g in group)
+            workers.append(Worker(id=f"w-{ids[0]}", gpu_ids=ids, role=lead.role, status=lead.status))
+    load = MIXED.state.workload.model_copy(
+        update={"batch_size": base.workload.batch_size, "unfinished": base.workload.unfinished}
+    )
+    return ClusterState(
+        gpus=base.gpus, workers=tuple(workers), workload=load, budget=base.budget, worker_sizes=MIXED.state.worker_sizes
+    )
 
 
 def cluster(gpus: int, types: int) -> ClusterState:
@@ -67,15 +111,23 @@ def cluster(gpus: int, types: int) -> ClusterState:
     )
 
 
-def measure(state: ClusterState, backend: str, repeats: int) -> tuple[list[float], object]:
-    times, result = [], None
+def measure(
+    state: ClusterState,
+    backend: str,
+    repeats: int,
+    model: MakespanModel = MODEL,
+    costs: TransitionCosts | None = None,
+) -> tuple[list[float], list[float], object]:
+    """Wall and CPU milliseconds of each plan() call, and the last plan."""
+    times, cpu, result = [], [], None
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = plan(state, MODEL, backend=backend, time_limit_s=30.0)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = plan(state, model, backend=backend, time_limit_s=30.0, costs=costs)
         times.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - start_cpu) * 1000)
         if sum(times) > SLOW_BACKEND_BUDGET_S * 1000:
             break
-    return times, result
+    return times, cpu, result
 
 
 def main() -> None:
@@ -83,16 +135,23 @@ def main() -> None:
     parser.add_argument("--sizes", default="16,64,256,1024,4096")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--backends", default=",".join(["auto", *available_backends(), "enumeration"]))
+    parser.add_argument("--worker-sizes", default="one,mixed", help="one (sizes=1), mixed (three per role), or both")
     args = parser.parse_args()
+    cases = args.worker_sizes.split(",")
     for gpus in (int(s) for s in args.sizes.split(",")):
-        for types in (1, 2):
-            state = cluster(gpus, types)
+        runs: list[tuple[int, str, ClusterState, MakespanModel, TransitionCosts | None]] = []
+        if "one" in cases:
+            runs += [(types, "1", cluster(gpus, types), MODEL, None) for types in (1, 2)]
+        if "mixed" in cases:
+            runs.append((2, MIXED_LABEL, mixed_cluster(gpus), MIXED_MODEL, MIXED.costs))
+        for types, label, state, model, costs in runs:
             for backend in args.backends.split(","):
-                times, result = measure(state, backend, args.repeats)
+                times, cpu, result = measure(state, backend, args.repeats, model, costs)
                 p50 = statistics.median(times)
                 p95 = sorted(times)[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
                 print(
-                    f"plan_latency gpus={gpus} types={types} backend={backend} p50_ms={p50:.1f} p95_ms={p95:.1f}"
+                    f"plan_latency gpus={gpus} types={types} sizes={label} backend={backend} p50_ms={p50:.1f}"
+                    f" p95_ms={p95:.1f} cpu_p50_ms={statistics.median(cpu):.1f}"
                     f" objective={result.objective_s:.4f} plan={result.ratio}",  # type: ignore[attr-defined]
                     flush=True,
                 )

@@ -10,6 +10,15 @@ Where each number comes from:
   trajectories, PEARL §6's batch 64 × group 16; environment time 10 s per turn, RollArt's Normal(10 s, σ)
   mean, with σ = 3 s from RollArt's 1–10 s range; the first-turn prompt is tau-bench's mean first prompt;
 - cluster: 4 dedicated + 8 preemptible rollout GPUs and 8 training GPUs, 8 GPUs per node, TP1 workers.
+
+``mixed-sizes.json`` (worker sizes, docs/state.md): Qwen3-30B-A3B (shipped config) on H200 and H100 nodes of 8
+GPUs, prefill TP1/TP2/TP4, decode TP2/TP4/TP8, colocated TP2/TP4/TP8. Its per-(GPU, TP) parameters are
+fitted (``fit_device``) to step times composed from aiconfigurator's SGLang kernel tables
+(../shared/data/aiconfigurator-sglang, ``ComposedStepModel``) at the tau-bench operating point above; KV
+capacity is each system file's ``mem_capacity`` less the weights, within SGLang's 0.85 static fraction;
+transition costs are PEARL Table 3's Qwen3-30B-A3B row with preparation per TP extrapolated
+(``TransitionCosts.pearl_table3_by_tp``). The cluster runs 1 prefill + 3 decode TP2 workers on a dedicated
+H200 node; a second dedicated H200 node has idle TP1 slots; two preemptible H100 nodes have no workers yet.
 """
 
 from __future__ import annotations
@@ -19,10 +28,15 @@ import statistics
 from pathlib import Path
 
 from pearl_sched import GPU, Budget, ClusterState, PearlParams, Role, Status, Worker, Workload, Zone
-from pearl_sched.profiles import ModelConfig, fit_dynamo_profile
+from pearl_sched.config import TransitionCosts
+from pearl_sched.makespan import DeviceParams
+from pearl_sched.profiles import ComposedStepModel, KernelTables, ModelConfig, fit_dynamo_profile, shipped_config
+from pearl_sched.profiles.to_pearl import DEFAULT_MEMORY_FRACTION, fit_device, kv_capacity_bytes
 from pearl_sched.request import PlanRequest
 from pearl_sched.shared_data import default_data
+from pearl_sched.sim.setting import read_system
 from pearl_sched.sim.workload import read_agentic_turns
+from pearl_sched.state import ModelLimits, WorkerSizes
 
 DATA = default_data()
 OUT = Path("examples")
@@ -92,6 +106,67 @@ def cluster(roles: dict[str, Role]) -> tuple[tuple[GPU, ...], tuple[Worker, ...]
     return tuple(gpus), tuple(workers)
 
 
+SYSTEMS = {"h200": "h200_sxm", "h100": "h100_sxm"}
+MIXED_TPS = (1, 2, 4, 8)
+
+
+def mixed_sizes(load: Workload) -> PlanRequest:
+    config = shipped_config("qwen3-30b-a3b")
+    load = load.model_copy(update={"kv_bytes_per_token": float(config.kv_bytes_per_token())})
+    devices: list[DeviceParams] = []
+    memory: dict[str, float] = {}
+    for gpu_type, system in SYSTEMS.items():
+        memory[gpu_type] = read_system(DATA / f"aiconfigurator-sglang/{system}.yaml")["mem_capacity"]
+        tables = KernelTables(DATA / f"aiconfigurator-sglang/{system}")
+        for tp in MIXED_TPS:
+            steps = ComposedStepModel(config, tables, tp)
+            devices.append(
+                fit_device(
+                    gpu_type=gpu_type,
+                    tp=tp,
+                    prefill_s=lambda n, c, m=steps: m.prefill_s(n, 1.0, c),
+                    decode_s=steps.decode_s,
+                    context_tokens=load.mean_context_tokens,
+                    appended_tokens=load.appended_tokens_per_turn,
+                    max_batch=256,
+                    kv_capacity=kv_capacity_bytes(config, tp, memory[gpu_type]),
+                )
+            )
+    model = PearlParams(
+        devices=tuple(devices),
+        switch_overhead_s=0.0,
+        kv_bandwidth_bytes_per_s=50e9,
+        kv_bandwidth_per_prefill_worker=True,
+        source="Qwen3-30B-A3B step times composed from aiconfigurator SGLang kernel tables (H200, H100), TP1-8",
+    )
+    gpus, workers = [], []
+    layout = [("a", Zone.DEDICATED, "h200"), ("b", Zone.DEDICATED, "h200"), ("c", Zone.PREEMPTIBLE, "h100")]
+    layout.append(("e", Zone.PREEMPTIBLE, "h100"))
+    for prefix, zone, gpu_type in layout:
+        gpus.extend(GPU(id=f"{prefix}{i}", node=f"node-{prefix}", type=gpu_type, zone=zone) for i in range(8))
+    for i in range(4):  # node-a: 1 prefill + 3 decode TP2 workers
+        role = Role.PREFILL if i == 0 else Role.DECODE
+        pair = (f"a{2 * i}", f"a{2 * i + 1}")
+        workers.append(Worker(id=f"w-a{2 * i}", gpu_ids=pair, role=role, status=Status.ACTIVE))
+    workers.extend(Worker(id=f"w-b{i}", gpu_ids=(f"b{i}",), role=Role.DECODE) for i in range(8))  # idle TP1 slots
+    sizes = WorkerSizes(
+        prefill=(1, 2, 4),  # type: ignore[arg-type]
+        decode=(2, 4, 8),  # type: ignore[arg-type]
+        colocated=(2, 4, 8),  # type: ignore[arg-type]
+        model=ModelLimits(
+            name=config.name,
+            attention_heads=config.num_attention_heads,
+            weight_bytes=float(config.parameter_count() * 2),
+            gpu_memory_bytes=memory,
+            memory_fraction=DEFAULT_MEMORY_FRACTION,
+        ),
+    )
+    state = ClusterState(
+        gpus=tuple(gpus), workers=tuple(workers), workload=load, budget=Budget(max_gpus=24), worker_sizes=sizes
+    )
+    return PlanRequest(state=state, model=model, costs=TransitionCosts.pearl_table3_by_tp("qwen3-30b-a3b"))
+
+
 def main() -> None:
     load = workload()
     model = params(load)
@@ -112,7 +187,8 @@ def main() -> None:
     gpus = tuple(g.model_copy(update={"available": False}) if g.id in ("p3",) else g for g in gpus)
     half = load.model_copy(update={"unfinished": 640})
     running = PlanRequest(state=ClusterState(gpus=gpus, workers=workers, workload=half, budget=budget), model=model)
-    for name, request in (("initial", initial), ("running", running)):
+    mixed = mixed_sizes(load)
+    for name, request in (("initial", initial), ("running", running), ("mixed-sizes", mixed)):
         path = OUT / f"{name}.json"
         path.write_text(json.dumps(request.model_dump(mode="json"), indent=2) + "\n")
         print(f"wrote {path}")

@@ -14,6 +14,7 @@ from pearl_sched.errors import (
     SolverError,
     SolverUnavailableError,
     TelemetryRejected,
+    UnknownModelError,
 )
 from pearl_sched.makespan import (
     DeviceParams,
@@ -62,6 +63,7 @@ __all__ = [
     "Status",
     "TelemetryRejected",
     "TransitionCosts",
+    "UnknownModelError",
     "Worker",
     "Workload",
     "Zone",

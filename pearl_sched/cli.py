@@ -121,14 +121,24 @@ def plan_command(
     if as_json:
         sys.stdout.write(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
         return
-    _print_plan(result)
+    _print_plan(result, req.state)
 
 
-def _print_plan(result: Any) -> None:
+def _print_plan(result: Any, state: Any) -> None:
+    from pearl_sched.state import Role
+    from pearl_sched.transition import chosen_sizes
+
     m = result.makespan
     console.print(
         f"[bold]{result.mode.value}[/] {result.ratio} on {result.gpus_used} GPUs — {result.decision.kind.value}"
     )
+    sizes = chosen_sizes(state, result.actions)
+    line = "; ".join(
+        f"{role.value} " + " + ".join(f"{n}×{label}" for label, n in sorted(sizes[role].items()))
+        for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+        if role in sizes
+    )
+    console.print(f"  worker sizes: {line or 'none'}", highlight=False)
     console.print(f"  {escape(result.decision.reason)}", highlight=False)
     table = Table(title="predicted makespan (s)", show_edge=False)
     for column in ("total", "prefill", "decode", "transfer", "environment", "overhead"):

@@ -18,6 +18,8 @@ _PEARL_TABLE3 = {
     "qwen3-8b": (56.29, 11.05, 6.26, 3.18),
     "qwen3-30b-a3b": (67.06, 17.89, 6.09, 4.38),
 }
+_PEARL_TABLE3_TP = 2
+"""PEARL's workers are TP2 (§6), so Table 3's preparation times are TP2 starts."""
 
 
 class TransitionCosts(Frozen):
@@ -41,6 +43,19 @@ class TransitionCosts(Frozen):
     volatile_decode_s: NonNegFloat = Field(
         default=0.01, description="Tie-breaker: decode on volatile GPUs costs this much more than on stable"
     )
+    preparation_s_by_tp: dict[int, NonNegFloat] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="Preparation seconds of a new worker per TP degree (absent degrees: preparation_s)",
+    )
+
+    def preparation_for(self, tp: int) -> float:
+        """Seconds to prepare a new worker of ``tp`` GPUs (its own entry, else ``preparation_s``)."""
+        return self.preparation_s_by_tp.get(tp, self.preparation_s)
+
+    def restart_for(self, tp: int) -> float:
+        """Seconds of a restart into a worker of ``tp`` GPUs: ``restart_s`` shifted by the TP's preparation."""
+        return self.restart_s + self.preparation_for(tp) - self.preparation_s
 
     @classmethod
     def pearl_table3(cls, model: Literal["qwen3-8b", "qwen3-30b-a3b"] = "qwen3-8b") -> TransitionCosts:
@@ -54,6 +69,28 @@ class TransitionCosts(Frozen):
             restart_s=preparation + finalisation,
             stop_s=deactivation,
         )
+
+    @classmethod
+    def pearl_table3_by_tp(
+        cls, model: Literal["qwen3-8b", "qwen3-30b-a3b"] = "qwen3-8b", tps: tuple[int, ...] = (1, 2, 4, 8)
+    ) -> TransitionCosts:
+        """PEARL's costs with a preparation time per TP degree, extrapolated from Table 3 (docs/policies.md).
+
+        Table 3 has two TP2 starts (Qwen3-8B 56.29 s, Qwen3-30B-A3B 67.06 s). We read them as a fixed init plus
+        a weight load proportional to each GPU's share of the weights, ``a + c · W / tp`` with W the bf16
+        weight bytes of the shipped configs; the two points give a = 52.3 s, c = 0.48 s/GB. Other TP degrees are
+        extrapolations of that line, not measurements; finalisation stays Table 3's (admission does not scale
+        with TP in this model).
+        """
+        from pearl_sched.profiles.kernels import shipped_config  # profiles depend on the core, not the reverse
+
+        weights = {name: shipped_config(name).parameter_count() * 2 for name in _PEARL_TABLE3}
+        (w8, p8), (w30, p30) = ((weights[n] / _PEARL_TABLE3_TP, _PEARL_TABLE3[n][0]) for n in _PEARL_TABLE3)
+        per_byte = (p30 - p8) / (w30 - w8)
+        fixed = p8 - per_byte * w8
+        base = cls.pearl_table3(model)
+        by_tp = {tp: round(fixed + per_byte * weights[model] / tp, 2) for tp in tps}
+        return base.model_copy(update={"preparation_s_by_tp": by_tp})
 
 
 class PolicyConfig(Frozen):

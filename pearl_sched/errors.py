@@ -93,3 +93,7 @@ class SimulationError(PearlSchedError, RuntimeError):
     Raised by :func:`pearl_sched.sim.cluster.run_segment` and the simulated cluster it drives; it means the
     decider under test left the cluster unable to serve, not that the simulator failed (docs/simulator.md).
     """
+
+
+class UnknownModelError(PearlSchedError, ValueError):
+    """A model name has no shipped config; the message lists the known ones (docs/profiles.md)."""

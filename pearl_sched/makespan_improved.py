@@ -1,48 +1,58 @@
-"""An improved makespan predictor: PEARL's interface, with the known weaknesses of its closed form addressed.
+"""An improved makespan predictor: PEARL's interface, with what decides SGLang rollout makespans in its equations.
 
-docs/makespan.md ("The improved predictor") lists those weaknesses and how each is addressed.
+docs/makespan.md ("The improved predictor") derives it; this docstring is the summary.
 
-Each trajectory cycles *decode* (r tokens) → *KV transfer* → *environment* (T_e per turn) → *prefill* of the
-ΔL appended tokens → decode. With B trajectories on a pool, the number decoding at once, n, is not an input
-(PEARL's measured θ) but the fixed point of that finite-source cycle::
+Each trajectory cycles *decode* (r tokens) → *KV transfer* → *environment* (T_e per turn) → *prefill* → decode.
+With B trajectories on a pool, the number decoding at once, n, is not an input (PEARL's measured θ) but the fixed
+point of that finite-source cycle::
 
-    τ(n)  = (A + b·n/N_D) / (1 − u_p)          decode iteration; u_p is the co-batched prefill share (colocated)
+    τ(n)  = τ₀·C/(C − W),  τ₀ = A + b·n/N_D     decode iteration; W = φ·t_p·B·x/N the worker's prefill seconds
+                                               per cycle it waits for (colocated, prefill first; W = 0 in PD)
     d(n)  = r·τ(n)                             decode time of one turn
-    C(n)  = d(n) + x + T_e + p                 one turn's cycle: decode, transfer, environment, prefill
-    n     = B · d(n) / C(n)                    trajectories decoding = B × the decoding share of the cycle
+    C(n)  = d(n) + x_s + T_e + p(n)            one turn's cycle: decode, transfer, environment, own prefill
+    n     = min(B · d(n) / C(n), n_max)        trajectories decoding; n_max = N_D·M/f the KV pool's limit
 
-solved by bisection on n ∈ (0, B]: B·d/C − n is positive near 0 and negative at B, and without colocation
-interference it is a quadratic with one positive root. θ = (B − n)/n is an output; measured θ is only a check. Further:
+solved by bisection on n ∈ (0, n_max]. When the pool's KV limit binds, the rest of the batch queues for admission
+and the cycle stretches to C = W + B·r·τ₀/n_max. θ = (B − n)/n is an output. SGLang's memory enters through four
+terms:
 
-- **append-prefill grows with context**: prefill seconds per token t_p(c) = t_p + t_c·c at mean context c;
-- **colocation interference**: co-batched prefill chunks inflate each decode iteration by 1/(1 − u_p), where
-  u_p = t_p(c)·B·ΔL/(N·C) is the share of a worker's time spent on prefill;
-- **shared KV bandwidth**: transfers share BW as a processor-sharing link: one turn's transfer takes
-  x = ΔL·K/(BW·(1 − u_x)), u_x = B·ΔL·K/(C·BW) its utilisation;
-- **makespan = max(throughput bound, critical path)**: the critical path is the slowest trajectory's;
-  the throughput bounds are each pool's total work over its capacity (PEARL's pool formulas with θ = 0);
-- **the first-turn burst**: every trajectory starts by prefilling its whole prompt (``Workload.prompt_tokens``)
-  at once; the pool clears that burst, B·P₀·t_p/E_P, before the cycle settles — on agentic batches it is
-  often the largest single prefill load (1,024 tau-bench prompts of ~1,300 tokens against 151 appended per
-  turn), and PEARL's per-turn ΔL leaves it out;
-- **the slowest trajectory, not the mean one**: the batch ends when its last trajectory does, and its last
-  turn makes no environment call. Trajectory i starts after a share of the burst (uniform over [0, burst])
-  and spends S − 1 environment calls of spread σ
-  (``Workload.env_time_std_s``); the makespan's critical path is S·C − T_e plus the *characteristic largest*
-  of B such delays, the t with B·P(start + env deviation > t) = 1 — σ·√(S−1)·Φ⁻¹(1 − 1/B) without a burst,
-  the burst itself without spread.
+- **KV capacity** M tokens per worker (SGLang's pool, ``sglang:max_total_num_tokens``; else the device's H_max/K):
+  a decoding sequence holds f = c + r/2 tokens (c the mean context; PD decode adds SGLang's 512 reserved decode
+  tokens per request), so at most M/f decode at once per worker;
+- **prefix-cache hits**: a worker's radix cache keeps the prefixes of trajectories in their environment call in
+  what decoding leaves free, ``retention = min(1, (M − n_w·f) / (idle_w·c))``; the router's policy decides whether
+  the next turn lands there (cache-aware: always; least-load or round-robin: 1/N). A colocated turn prefills
+  ΔL + (1 − h)·c tokens. A PD prefill worker never holds the tokens generated on the decode worker, so it prefills
+  ΔL + r + (1 − h_P)·(c − r), and the *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses the link each turn
+  (h_D > 0 only with the decode radix cache); a trajectory's first turn has none of these (its prompt is the
+  first-turn burst), so they count for the (S − 1)/S later turns. A measured hit rate
+  (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``) corrects the structural one by their ratio
+  at the configuration that ran;
+- **retraction**: when the KV limit binds and no evictable cache is left, the growth the admission reserve did not
+  cover (r − R per turn, R = SGLang's floor new-token ratio × min(max_new, 4096)) is freed by retracting requests,
+  each re-prefilling what it had generated and what the cache lost; a measured rate
+  (``sglang:num_retracted_requests_total`` per turn) replaces the estimate;
+- **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
+  engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes.
 
-With no environment time, no transfer, constant t_p and T_over = 0, the colocated prediction equals PEARL's
-colocated formula and the disaggregated decode bound equals PEARL's T_dec at θ = 0 (``tests`` check both).
+The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
+way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
+(t_p(c) = t_p + t_c·c); transfers share the link as a processor-sharing queue; makespan = max(critical path,
+throughput bounds); the first-turn burst B·P₀·t_p/E_P; and the slowest trajectory's delay, not the mean one's.
 
-For the MILP, ``terms`` gives PEARL's pool forms (convex in capacity) with this model's prefill cost; the plan
-reports ``predict``.
+In PEARL's limit (:data:`PEARL_LIMIT`: unlimited memory, a perfect cache, PEARL's PD where only ΔL is prefilled and
+sent), with no environment time, no first-turn prompt and T_over = 0, the pool terms equal PEARL's at θ = 0, the
+disaggregated makespan equals PEARL's, and the colocated one too without ΔL (``tests`` check each).
+
+For the MILP, ``terms`` fits PEARL's pool form ``fixed + work/E`` to this model's throughput bound of each pool over
+a grid of capacities (a secant surrogate, exact in PEARL's limit); the plan reports ``predict``.
 """
 
 from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import Literal, NamedTuple
 
 from pydantic import Field
 
@@ -54,9 +64,29 @@ from pearl_sched.makespan import (
     PoolCapacity,
     PoolTerms,
 )
-from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Workload
+from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Role, Workload
 
-_BISECTION_STEPS = 80
+_BISECTION_STEPS = 40
+
+RESERVED_DECODE_TOKENS = 512
+"""SGLang ``--num-reserved-decode-tokens``: KV a PD decode worker keeps per running request at admission."""
+
+CLIP_MAX_NEW_TOKENS = 4096
+"""SGLang ``schedule_policy.CLIP_MAX_NEW_TOKENS``: admission reserves at most this many new tokens a request."""
+
+MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+"""SGLang's floor ``new_token_ratio``: ``SGLANG_INIT_NEW_TOKEN_RATIO`` 0.7 × ``SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR``
+0.14 (the share of max_new_tokens admission reserves for a running request once the ratio has decayed)."""
+
+PHASES = 6
+"""Phases of the batch (equal shares of its turns, each at its own context) the model solves the cycle in."""
+
+STRUCTURAL_HIT_FLOOR = 0.02
+"""Below this structural token hit rate a measured one is used as a floor rather than a ratio."""
+
+SURROGATE_POINTS = 24
+"""Capacities (geometric, 1 … E_hi reference workers) the MILP surrogate of :meth:`ImprovedMakespanModel.terms`
+is fitted over."""
 
 
 def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float:
@@ -86,6 +116,65 @@ def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float
     return (lo + hi) / 2
 
 
+class ModeObservation(Frozen):
+    """What one mode's SGLang workers reported while a configuration of that mode served (fitted online).
+
+    Built by :func:`pearl_sched.profiles.telemetry.refit_serving` from ``/metrics`` series; ``None`` fields were not
+    measured (absent or NaN metric) and the model uses its structural estimate instead.
+    """
+
+    prefill_workers: NonNegFloat = Field(default=0.0, description="Capacity that ran (reference workers)")
+    decode_workers: NonNegFloat = 0.0
+    colocated_workers: NonNegFloat = 0.0
+    cache_hit_rate: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Prefill-side prompt tokens served from the radix cache"
+    )
+    retractions_per_turn: float | None = Field(default=None, ge=0.0, description="Retracted requests per turn")
+
+    def capacity(self, mode: Mode) -> PoolCapacity:
+        """The configuration that ran, as a :class:`PoolCapacity`."""
+        return PoolCapacity(
+            mode=mode, prefill=self.prefill_workers, decode=self.decode_workers, colocated=self.colocated_workers
+        )
+
+
+class ServingParams(Frozen):
+    """How the SGLang workers serve: memory, caching, routing, PD transfer, mixed steps — and what they reported.
+
+    The defaults are SGLang's and the SGLang model gateway's (docs/makespan.md cites each).
+    """
+
+    kv_limited: bool = Field(default=True, description="False: PEARL's infinite KV memory (no limit, no eviction)")
+    kv_pool_tokens: PosFloat | None = Field(
+        default=None, description="KV pool of one reference worker (sglang:max_total_num_tokens); None: H_max / K"
+    )
+    router: Literal["cache_aware", "least_load", "round_robin"] = "cache_aware"
+    perfect_cache: bool = Field(default=False, description="True: PEARL's every prefix always cached")
+    pd_whole_context: bool = Field(
+        default=True,
+        description="SGLang PD: the prefill worker never holds decode-generated tokens and the whole context's KV "
+        "crosses the link each turn; False: PEARL's (only ΔL is prefilled and sent)",
+    )
+    decode_radix_cache: bool = Field(default=False, description="--disaggregation-decode-enable-radix-cache")
+    enable_mixed_chunk: bool = Field(default=False, description="--enable-mixed-chunk")
+    mixed_step_factor: PosFloat = Field(
+        default=1.0, description="φ = mixed_s / (prefill_s + decode_s) of the step-time engine at the operating point"
+    )
+    kv_transfer_bytes_per_s: PosFloat | None = Field(
+        default=None, description="Measured P→D speed per link (sglang:kv_transfer_speed_gb_s); None: PEARL's BW"
+    )
+    colocated: ModeObservation | None = None
+    disaggregated: ModeObservation | None = None
+
+    def observed(self, mode: Mode) -> ModeObservation | None:
+        """What the workers reported while ``mode`` ran, if they did."""
+        return self.colocated if mode is Mode.COLOCATED else self.disaggregated
+
+
+PEARL_LIMIT = ServingParams(kv_limited=False, perfect_cache=True, pd_whole_context=False)
+"""PEARL's assumptions: unlimited KV memory, every prefix cached, PD moves only the appended tokens."""
+
+
 class ImprovedParams(Frozen):
     """PEARL's parameters plus what the improved model adds."""
 
@@ -93,6 +182,7 @@ class ImprovedParams(Frozen):
     prefill_s_per_token_per_context: NonNegFloat = Field(
         default=0.0, description="t_c: added prefill seconds per token per token of cached context"
     )
+    serving: ServingParams = Field(default_factory=ServingParams)
 
 
 class CycleState(Frozen):
@@ -100,10 +190,55 @@ class CycleState(Frozen):
 
     decoding: NonNegFloat = Field(description="n: trajectories decoding at once")
     iteration_s: NonNegFloat = Field(description="τ: one decode iteration")
-    cycle_s: NonNegFloat = Field(description="C: one turn of one trajectory")
+    cycle_s: NonNegFloat = Field(description="C: one turn of one trajectory, admission queueing included")
     transfer_s: NonNegFloat
     prefill_s: NonNegFloat
     bubble_ratio: NonNegFloat = Field(description="θ = (B − n)/n, an output here")
+    kv_limited: bool = Field(default=False, description="The KV pool caps n (the rest queue for admission)")
+    prefill_hit: NonNegFloat = Field(default=1.0, description="h: share of the previous context still cached")
+    decode_hit: NonNegFloat = Field(default=0.0, description="h_D: PD decode radix cache share (0 without it)")
+    prefill_tokens_per_turn: NonNegFloat = Field(default=0.0, description="x: tokens one turn prefills")
+    transfer_tokens_per_turn: NonNegFloat = Field(default=0.0, description="KV tokens one PD turn sends")
+    retractions_per_turn: NonNegFloat = 0.0
+
+
+class Phase(NamedTuple):
+    """A share of the batch's turns: the live trajectories' context and how many are live."""
+
+    context: float
+    trajectories: float
+
+
+class _Flow(NamedTuple):
+    """Per-turn token flows of one configuration at one context, with n trajectories decoding."""
+
+    hit: float
+    decode_hit: float
+    prefill_tokens: float
+    transfer_tokens: float
+    retractions: float
+    kv_limited: bool
+
+
+def _fit_pool(capacities: list[float], times: list[float]) -> PoolTerms:
+    """``fixed + work/E`` fitted to ``times`` in relative least squares (both coefficients non-negative)."""
+    u = [1.0 / t for t in times]
+    v = [1.0 / (e * t) for e, t in zip(capacities, times, strict=True)]
+    suu, suv, svv = sum(a * a for a in u), sum(a * b for a, b in zip(u, v, strict=True)), sum(b * b for b in v)
+    su, sv = sum(u), sum(v)
+    det = suu * svv - suv * suv
+    fixed = (su * svv - sv * suv) / det if det > 1e-12 * suu * svv else -1.0
+    work = (suu * sv - suv * su) / det if det > 1e-12 * suu * svv else -1.0
+    if fixed < 0 or work < 0:
+        fixed_only, work_only = su / suu, sv / svv
+        err_fixed = sum((fixed_only * a - 1) ** 2 for a in u)
+        err_work = sum((work_only * b - 1) ** 2 for b in v)
+        fixed, work = (fixed_only, 0.0) if err_fixed <= err_work else (0.0, work_only)
+    return PoolTerms(fixed_s=max(fixed, 0.0), work_s=max(work, 0.0))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 class ImprovedMakespanModel:
@@ -113,6 +248,9 @@ class ImprovedMakespanModel:
         """A model over ``params``; capacities, KV bytes and prefill rates come from its PEARL part."""
         self.params = params
         self._pearl = PearlMakespanModel(params.pearl)
+        self._corrections: dict[tuple[Workload, Mode], tuple[float, float]] = {}
+        self._terms: dict[Workload, MakespanTerms] = {}
+        self._predictions: dict[tuple[Workload, PoolCapacity], MakespanBreakdown] = {}
 
     @property
     def name(self) -> str:
@@ -135,40 +273,227 @@ class ImprovedMakespanModel:
         """As PEARL's model: sustained prefill throughput of one worker of (gpu_type, tp)."""
         return self._pearl.prefill_tokens_per_s(gpu_type, tp)
 
+    # -- memory and caching -----------------------------------------------------------------------------------
+    @staticmethod
+    def _key(workload: Workload) -> Workload:
+        """The workload without the fields this model does not read (memo key): what is unfinished, θ, demand."""
+        return workload.model_copy(
+            update={"unfinished": workload.batch_size, "bubble_ratio": 0.0, "min_prefill_tokens_per_s": 0.0}
+        )
+
+    def kv_pool_tokens(self, workload: Workload) -> float:
+        """KV tokens one reference worker holds: the measured pool, else H_max / K; infinite in PEARL's limit.
+
+        A worker of another (GPU type, TP) counts as its capacity weight in reference workers, so its memory is
+        taken as that many reference pools (docs/makespan.md, "Worker sizes").
+        """
+        serving = self.params.serving
+        k = workload.kv_bytes_per_token
+        if not serving.kv_limited or k <= 0:
+            return math.inf
+        if serving.kv_pool_tokens is not None:
+            return serving.kv_pool_tokens
+        return self._pearl.reference.kv_capacity_bytes / k
+
+    @staticmethod
+    def _context(workload: Workload) -> float:
+        """The mean context a turn starts from (its prefix), from the workload or its turns."""
+        if workload.mean_context_tokens > 0:
+            return workload.mean_context_tokens
+        return (
+            workload.prompt_tokens
+            + workload.turns * (workload.appended_tokens_per_turn + workload.generated_tokens_per_turn) / 2
+        )
+
+    def phases(self, workload: Workload) -> list[Phase]:
+        """The batch in :data:`PHASES` equal shares of its S turns: each phase's context and live trajectories.
+
+        Live trajectories are at the same turn index, so their context grows linearly from the first prompt by
+        ΔL + r a turn (capped at the longest context). Trajectories finish along the way: the mean trajectory takes
+        S̄ = 2·(c̄ − P₀)/(ΔL + r) turns (c̄ the mean context over a trajectory's life), and the live share falls
+        linearly with the mean S̄/S (the slowest trajectory, on the critical path, is always live).
+        """
+        s, b = workload.turns, workload.batch_size
+        step = workload.appended_tokens_per_turn + workload.generated_tokens_per_turn
+        mean = self._context(workload)
+        start = min(workload.prompt_tokens, mean)
+        turns_mean = min(s, max(1.0, 2 * (mean - start) / step)) if step > 0 else s  # a trajectory takes ≥ 1 turn
+        slope = 2 * (1 - turns_mean / s)
+        top = workload.max_context_tokens or math.inf
+        out = []
+        for j in range(PHASES):
+            u = (j + 0.5) / PHASES
+            live = 1 - slope * u if slope <= 1 else max(0.0, 1 - u * s / (2 * turns_mean))
+            out.append(Phase(context=min(start + u * s * step, top), trajectories=max(1.0, b * live)))
+        return out
+
+    @staticmethod
+    def _footprint(workload: Workload, mode: Mode, context: float) -> float:
+        """KV tokens one decoding sequence holds (PD decode adds SGLang's reserved decode tokens)."""
+        f = context + workload.generated_tokens_per_turn / 2
+        return f + (RESERVED_DECODE_TOKENS if mode is Mode.DISAGGREGATED else 0.0)
+
+    def _router(self, workers: float) -> float:
+        """Probability that a turn lands on the worker holding its prefix."""
+        if self.params.serving.router == "cache_aware":
+            return 1.0
+        return 1.0 / max(workers, 1.0)
+
+    @staticmethod
+    def _retention(free_tokens: float, idle_per_worker: float, context: float) -> float:
+        """Share of the idle trajectories' prefixes that the free part of a worker's pool still holds."""
+        if idle_per_worker <= 1e-12 or context <= 0 or math.isinf(free_tokens):
+            return 1.0
+        return min(1.0, max(0.0, free_tokens) / (idle_per_worker * context))
+
+    def _held(self, workload: Workload, mode: Mode, context: float) -> float:
+        """Tokens of the previous context the prefill side can have cached (PD: never the decode-generated ones)."""
+        if mode is Mode.DISAGGREGATED and self.params.serving.pd_whole_context:
+            return max(context - workload.generated_tokens_per_turn, 0.0)
+        return context
+
+    def _flow(
+        self, workload: Workload, capacity: PoolCapacity, n: float, phase: Phase, *, corrected: bool = True
+    ) -> _Flow:
+        """Hits, tokens prefilled and sent per turn, and retractions, in ``phase`` with n trajectories decoding."""
+        serving = self.params.serving
+        r, dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+        b, c = phase.trajectories, phase.context
+        m = self.kv_pool_tokens(workload)
+        mode = capacity.mode
+        f = self._footprint(workload, mode, c)
+        decode_workers = capacity.colocated if mode is Mode.COLOCATED else capacity.decode
+        held = self._held(workload, mode, c)
+        decode_hit = 0.0
+        if serving.perfect_cache:
+            hit = 1.0
+        elif mode is Mode.COLOCATED:
+            free = m - n / decode_workers * f
+            hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
+        else:
+            hit = self._retention(m, b / capacity.prefill, held) * self._router(capacity.prefill)
+            if serving.decode_radix_cache:
+                free = m - n / decode_workers * f
+                decode_hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
+        if corrected and not serving.perfect_cache:
+            gamma, floor = self._correction(workload, mode)
+            hit = min(1.0, max(hit * gamma, floor))
+        limited = math.isfinite(m) and n >= decode_workers * m / f * (1 - 1e-9)
+        retractions = 0.0
+        observed = serving.observed(mode)
+        if observed is not None and observed.retractions_per_turn is not None:
+            retractions = observed.retractions_per_turn
+        elif limited and mode is Mode.COLOCATED and m - n / decode_workers * f <= 1e-9 * m:
+            max_new = max(workload.max_context_tokens - c, 1.0) if workload.max_context_tokens else CLIP_MAX_NEW_TOKENS
+            reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
+            retractions = max(0.0, r - reserve) / f
+        # A trajectory's first turn has no prefix to miss, recompute or send (its prompt is the first-turn burst):
+        # those terms apply to the (S − 1)/S of the turns that follow one.
+        later = max(workload.turns - 1.0, 0.0) / workload.turns
+        missed = later * (1 - hit) * held
+        if mode is Mode.COLOCATED:
+            prefill = dl + missed + retractions * (r / 2 + missed)
+            transfer = 0.0
+        elif serving.pd_whole_context:
+            prefill = dl + later * r + missed
+            transfer = dl + later * (1 - decode_hit) * c
+        else:
+            prefill = dl + missed
+            transfer = dl
+        return _Flow(
+            hit=hit,
+            decode_hit=decode_hit,
+            prefill_tokens=max(prefill, 0.0),
+            transfer_tokens=max(transfer, 0.0),
+            retractions=retractions,
+            kv_limited=limited,
+        )
+
+    def token_hit_rate(self, workload: Workload, capacity: PoolCapacity, *, corrected: bool = True) -> float:
+        """The prefill side's cached share of prompt tokens over the batch, as SGLang's counters measure it.
+
+        ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``: the first prompt is never cached; a
+        later turn's prompt is its context plus ΔL, of which the held part is cached with probability h.
+        """
+        states = self._states(workload, capacity, corrected=corrected)
+        return self._hit_rate(workload, capacity.mode, [st.prefill_hit for st in states])
+
+    def _hit_rate(self, workload: Workload, mode: Mode, hits: list[float]) -> float:
+        """Cached ÷ prompt tokens over the batch with hit share ``hits[j]`` in phase j (first prompts uncached)."""
+        phases = self.phases(workload)
+        turns = sum(ph.trajectories for ph in phases) * workload.turns / PHASES
+        later = max(turns - workload.batch_size, 0.0) / turns if turns > 0 else 0.0  # share of turns after the first
+        weight = workload.turns / PHASES * later
+        cached = weight * sum(
+            h * ph.trajectories * self._held(workload, mode, ph.context) for h, ph in zip(hits, phases, strict=True)
+        )
+        prompts = workload.batch_size * workload.prompt_tokens + weight * sum(
+            ph.trajectories * (ph.context + workload.appended_tokens_per_turn) for ph in phases
+        )
+        return cached / prompts if prompts > 0 else 0.0
+
+    def _correction(self, workload: Workload, mode: Mode) -> tuple[float, float]:
+        """(γ, floor) from the measured hit rate: h = max(γ·h_structural, floor).
+
+        γ = measured ÷ structural token hit rate at the configuration that ran; where the structure predicts
+        (almost) no hits there but hits were measured, γ = 1 and the measured rate, as a share of the cacheable
+        tokens, is a floor. (1, 0) without a measurement.
+        """
+        observed = self.params.serving.observed(mode)
+        if observed is None or observed.cache_hit_rate is None:
+            return 1.0, 0.0
+        key = (self._key(workload), mode)
+        if key not in self._corrections:
+            ran = observed.capacity(mode)
+            usable = (ran.colocated if mode is Mode.COLOCATED else min(ran.prefill, ran.decode)) > 0
+            result = (1.0, 0.0)
+            if usable:
+                structural = self.token_hit_rate(workload, ran, corrected=False)
+                if structural > STRUCTURAL_HIT_FLOOR:
+                    result = (observed.cache_hit_rate / structural, 0.0)
+                else:
+                    all_cached = self._hit_rate(workload, mode, [1.0] * PHASES)
+                    result = (1.0, min(1.0, observed.cache_hit_rate / all_cached) if all_cached > 0 else 0.0)
+            self._corrections[key] = result
+        return self._corrections[key]
+
+    # -- per-token costs ----------------------------------------------------------------------------------------
     def _prefill_per_token_s(self, workload: Workload) -> float:
         ref = self._pearl.reference
         return ref.prefill_s_per_token + self.params.prefill_s_per_token_per_context * workload.mean_context_tokens
 
-    def terms(self, workload: Workload) -> MakespanTerms:
-        """PEARL's pool forms at θ = 0 (the throughput bounds) with the context-dependent prefill cost."""
+    def _bandwidth(self, prefill_capacity: float) -> float:
+        """P→D bytes per second of the whole prefill pool."""
         p = self.params.pearl
-        ref = self._pearl.reference
-        s, b = workload.turns, workload.batch_size
-        dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
-        t_p = self._prefill_per_token_s(workload)
-        transfer = s * b * dl * workload.kv_bytes_per_token / p.kv_bandwidth_bytes_per_s
-        prefill_work = (s * dl + workload.prompt_tokens) * b * t_p
-        prefill = (
-            PoolTerms(fixed_s=0.0, work_s=prefill_work + transfer)
-            if p.kv_bandwidth_per_prefill_worker
-            else PoolTerms(fixed_s=transfer, work_s=prefill_work)
-        )
-        return MakespanTerms(
-            prefill=prefill,
-            decode=PoolTerms(fixed_s=s * r * ref.decode_iteration_s, work_s=s * r * ref.decode_per_seq_s * b),
-            colocated=PoolTerms(
-                fixed_s=s * (r * ref.decode_iteration_s + p.switch_overhead_s),
-                work_s=s * b * (dl * t_p + r * ref.decode_per_seq_s) + b * workload.prompt_tokens * t_p,
-            ),
-            environment_s=workload.env_time_s,
-        )
+        link = self.params.serving.kv_transfer_bytes_per_s or p.kv_bandwidth_bytes_per_s
+        return link * (prefill_capacity if p.kv_bandwidth_per_prefill_worker else 1.0)
 
+    def _first_turn_transfer_tokens(self, workload: Workload) -> float:
+        return workload.prompt_tokens if self.params.serving.pd_whole_context else 0.0
+
+    # -- the cycle ------------------------------------------------------------------------------------------------
     def cycle(self, workload: Workload, capacity: PoolCapacity) -> CycleState:
-        """Solve the trajectory cycle's fixed point for a configuration."""
+        """The trajectory cycle's fixed point for a configuration: one phase's, or the mean over the phases."""
+        states = self._states(workload, capacity, corrected=True)
+        if all(st == states[0] for st in states):
+            return states[0]
+        mean = {
+            name: _mean([float(getattr(st, name)) for st in states])
+            for name in CycleState.model_fields
+            if name != "kv_limited"
+        }
+        return CycleState(**mean, kv_limited=any(st.kv_limited for st in states))
+
+    def _states(self, workload: Workload, capacity: PoolCapacity, *, corrected: bool) -> list[CycleState]:
+        """The cycle's fixed point in each phase of the batch."""
+        return [self._solve(workload, capacity, ph, corrected=corrected) for ph in self.phases(workload)]
+
+    def _solve(self, workload: Workload, capacity: PoolCapacity, phase: Phase, *, corrected: bool) -> CycleState:
         ref = self._pearl.reference
         p = self.params.pearl
-        b_total = workload.batch_size
-        r, dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+        serving = self.params.serving
+        b_total = phase.trajectories
+        r = workload.generated_tokens_per_turn
         env = workload.env_time_per_turn_s
         t_p = self._prefill_per_token_s(workload)
         colocated = capacity.mode is Mode.COLOCATED
@@ -177,28 +502,52 @@ class ImprovedMakespanModel:
         if decode_capacity <= 0 or prefill_capacity <= 0 or r <= 0:
             raise ValueError("the configuration needs prefill and decode capacity > 0")
         kv = workload.kv_bytes_per_token
-        bandwidth = p.kv_bandwidth_bytes_per_s * (prefill_capacity if p.kv_bandwidth_per_prefill_worker else 1.0)
+        bandwidth = self._bandwidth(prefill_capacity)
+        mixed = serving.mixed_step_factor if serving.enable_mixed_chunk else 1.0
+        footprint = self._footprint(workload, capacity.mode, phase.context)
+        n_max = min(float(b_total), decode_capacity * self.kv_pool_tokens(workload) / footprint)
+
+        def core(n: float) -> tuple[float, float, float, float, _Flow]:
+            """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
+            flow = self._flow(workload, capacity, n, phase, corrected=corrected)
+            x = flow.prefill_tokens
+            # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
+            own_prefill = x * t_p + (p.switch_overhead_s if colocated else 0.0)
+            plain = ref.decode_iteration_s + ref.decode_per_seq_s * n / decode_capacity
+            stolen = 0.0
+            if colocated:
+                # Prefill-first: the decode batch waits while the worker prefills, W seconds per cycle, so
+                # τ = plain·C/(C − W) and C = r·τ + rest; C is the larger root of C² − (W + rest + r·plain)·C + W·rest.
+                stolen = mixed * t_p * b_total * x / prefill_capacity
+                rest = env + own_prefill
+                span = stolen + rest + r * plain
+                cycle = (span + math.sqrt(max(span * span - 4 * stolen * rest, 0.0))) / 2
+                iteration = plain * cycle / (cycle - stolen) if cycle > stolen else plain
+                transfer = 0.0
+            else:
+                cycle, iteration, transfer = 0.0, plain, 0.0
+                for _ in range(50):  # inner fixed point in C (the link's share depends on it); contracts quickly
+                    transfer = 0.0
+                    if kv > 0:
+                        size = flow.transfer_tokens * kv
+                        link_share = min(0.95, b_total * size / (cycle * bandwidth)) if cycle else 0.0
+                        transfer = size / (bandwidth * (1 - link_share))
+                    new_cycle = r * iteration + transfer + env + own_prefill
+                    if abs(new_cycle - cycle) <= 1e-12 * new_cycle:
+                        cycle = new_cycle
+                        break
+                    cycle = new_cycle
+            if flow.kv_limited and n > 0:
+                # The rest of the batch queues for admission: per cycle a worker prefills (W) and runs B/n rounds of
+                # r decode iterations, so C = W + B·r·plain/n, and τ = plain·C/(C − W) as above.
+                queued = stolen + b_total * r * plain / n
+                if queued > cycle:
+                    cycle = queued
+                    iteration = plain * cycle / (cycle - stolen) if cycle > stolen else plain
+            return iteration, cycle, transfer, own_prefill, flow
 
         def state(n: float) -> CycleState:
-            # Own prefill: ΔL tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
-            own_prefill = dl * t_p + (p.switch_overhead_s if colocated else 0.0)
-            cycle = 0.0
-            iteration = ref.decode_iteration_s + ref.decode_per_seq_s * n / decode_capacity
-            transfer = 0.0
-            for _ in range(50):  # inner fixed point in C (u_p and u_x depend on it); contracts quickly
-                prefill_share = (
-                    min(0.95, t_p * b_total * dl / (prefill_capacity * cycle)) if colocated and cycle else 0.0
-                )
-                iteration = (ref.decode_iteration_s + ref.decode_per_seq_s * n / decode_capacity) / (1 - prefill_share)
-                transfer = 0.0
-                if not colocated and kv > 0:
-                    link_share = min(0.95, b_total * dl * kv / (cycle * bandwidth)) if cycle else 0.0
-                    transfer = dl * kv / (bandwidth * (1 - link_share)) if bandwidth > 0 else 0.0
-                new_cycle = r * iteration + transfer + env + own_prefill
-                if abs(new_cycle - cycle) <= 1e-12 * new_cycle:
-                    cycle = new_cycle
-                    break
-                cycle = new_cycle
+            iteration, cycle, transfer, own_prefill, flow = core(n)
             return CycleState(
                 decoding=n,
                 iteration_s=iteration,
@@ -206,63 +555,160 @@ class ImprovedMakespanModel:
                 transfer_s=transfer,
                 prefill_s=own_prefill,
                 bubble_ratio=(b_total - n) / n if n > 0 else 0.0,
+                kv_limited=flow.kv_limited,
+                prefill_hit=flow.hit,
+                decode_hit=flow.decode_hit,
+                prefill_tokens_per_turn=flow.prefill_tokens,
+                transfer_tokens_per_turn=flow.transfer_tokens,
+                retractions_per_turn=flow.retractions,
             )
 
-        lo, hi = 1e-9, float(b_total)
-        for _ in range(_BISECTION_STEPS):  # g(n) = B·d(n)/C(n) − n changes sign once over (0, B]
+        if n_max < b_total:
+            top = state(n_max)
+            if b_total * r * top.iteration_s / top.cycle_s >= n_max * (1 - 1e-12):
+                return top  # the KV pool caps n: the rest of the batch queues for admission
+        lo, hi = 1e-9, n_max
+        for _ in range(_BISECTION_STEPS):  # g(n) = B·d(n)/C(n) − n changes sign once over (0, n_max]
             mid = (lo + hi) / 2
-            s = state(mid)
-            if b_total * r * s.iteration_s / s.cycle_s > mid:
+            iteration_s, cycle_s, *_ = core(mid)
+            if b_total * r * iteration_s / cycle_s > mid:
                 lo = mid
             else:
                 hi = mid
         return state((lo + hi) / 2)
 
+    # -- throughput bounds ------------------------------------------------------------------------------------------
+    def _decode_bound_s(self, workload: Workload, capacity: float, mode: Mode) -> float:
+        """S·r iterations of the decode pool, each serving at most the KV pool's limit per worker."""
+        ref = self._pearl.reference
+        s, r = workload.turns, workload.generated_tokens_per_turn
+        m = self.kv_pool_tokens(workload)
+        total = 0.0
+        for ph in self.phases(workload):
+            b = ph.trajectories
+            per_worker = min(b / capacity, m / self._footprint(workload, mode, ph.context))
+            total += ref.decode_iteration_s * b / (capacity * per_worker) + ref.decode_per_seq_s * b / capacity
+        return s * r * total / PHASES
+
+    def _prefill_bound_s(self, workload: Workload, capacity: float, flows: list[_Flow], mode: Mode) -> float:
+        """The prefill pool's work: every turn's prefill and the first prompts (PD: and the link's bytes)."""
+        s, b = workload.turns, workload.batch_size
+        phases = self.phases(workload)
+        t_p = self._prefill_per_token_s(workload)
+        turns = [s / PHASES * ph.trajectories for ph in phases]
+        prefilled = sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + b * workload.prompt_tokens
+        work = prefilled * t_p / capacity
+        if mode is Mode.DISAGGREGATED and workload.kv_bytes_per_token > 0:
+            sent = sum(t * f.transfer_tokens for t, f in zip(turns, flows, strict=True))
+            sent += b * self._first_turn_transfer_tokens(workload)
+            work += sent * workload.kv_bytes_per_token / self._bandwidth(capacity)
+        return work
+
+    def _quick_flows(self, workload: Workload, capacity: PoolCapacity) -> list[_Flow]:
+        """Each phase's flow at n without the fixed point (the MILP surrogate): the no-queue decoding share."""
+        ref = self._pearl.reference
+        decode = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.decode
+        r = workload.generated_tokens_per_turn
+        own = workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)
+        m = self.kv_pool_tokens(workload)
+        flows = []
+        for ph in self.phases(workload):
+            d = r * (ref.decode_iteration_s + ref.decode_per_seq_s * ph.trajectories / decode)
+            n = ph.trajectories * d / (d + workload.env_time_per_turn_s + own)
+            n = min(n, decode * m / self._footprint(workload, capacity.mode, ph.context))
+            flows.append(self._flow(workload, capacity, n, ph))
+        return flows
+
+    def terms(self, workload: Workload) -> MakespanTerms:
+        """Each pool's throughput bound as PEARL's ``fixed + work/E``, fitted over a grid of capacities.
+
+        Exact in PEARL's limit (the bounds are of that form there); elsewhere a secant surrogate of the KV limit and
+        the cache misses, whose size depends on E (docs/makespan.md, "The MILP's surrogate").
+        """
+        memo = self._key(workload)
+        if memo in self._terms:
+            return self._terms[memo]
+        p = self.params.pearl
+        m = self.kv_pool_tokens(workload)
+        saturation = workload.batch_size * self._context(workload) / m if math.isfinite(m) else 1.0
+        top = max(16.0, 4.0 * saturation)
+        grid = [top ** (k / (SURROGATE_POINTS - 1)) for k in range(SURROGATE_POINTS)]
+        colocated, prefill, decode = [], [], []
+        for e in grid:
+            cap = PoolCapacity(mode=Mode.COLOCATED, colocated=e)
+            flows = self._quick_flows(workload, cap)
+            colocated.append(
+                self._prefill_bound_s(workload, e, flows, Mode.COLOCATED)
+                + self._decode_bound_s(workload, e, Mode.COLOCATED)
+                + workload.turns * p.switch_overhead_s
+            )
+            cap = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e)
+            flows = self._quick_flows(workload, cap)
+            prefill.append(self._prefill_bound_s(workload, e, flows, Mode.DISAGGREGATED))
+            decode.append(self._decode_bound_s(workload, e, Mode.DISAGGREGATED))
+        zero = PoolTerms(fixed_s=0.0, work_s=0.0)
+        terms = MakespanTerms(
+            prefill=_fit_pool(grid, prefill) if min(prefill) > 0 else zero,
+            decode=_fit_pool(grid, decode),
+            colocated=_fit_pool(grid, colocated),
+            environment_s=workload.env_time_s,
+        )
+        if len(self._terms) > 64:
+            self._terms.clear()
+        self._terms[memo] = terms
+        return terms
+
     def predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
         """The improved makespan of ``workload`` on ``capacity`` (module docstring), with its parts."""
-        cycle = self.cycle(workload, capacity)
+        memo = (self._key(workload), capacity)
+        if memo not in self._predictions:
+            if len(self._predictions) > 256:
+                self._predictions.clear()
+            self._predictions[memo] = self._predict(workload, capacity)
+        return self._predictions[memo]
+
+    def _predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
+        states = self._states(workload, capacity, corrected=True)
+        phases = self.phases(workload)
         s, b = workload.turns, workload.batch_size
-        terms = self.terms(workload)
-        env = terms.environment_s
-        prefill_capacity = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.prefill
+        env = workload.env_time_s
+        colocated = capacity.mode is Mode.COLOCATED
+        prefill_capacity = capacity.colocated if colocated else capacity.prefill
         burst = b * workload.prompt_tokens * self._prefill_per_token_s(workload) / prefill_capacity
         # The last turn ends the trajectory: S turns make S − 1 environment calls on the critical path.
         calls = max(s - 1.0, 0.0)
         critical = (
-            s * cycle.cycle_s
+            s * _mean([st.cycle_s for st in states])
             - workload.env_time_per_turn_s
             + slowest_delay_s(burst, workload.env_time_std_s * math.sqrt(calls), b)
         )
-        if capacity.mode is Mode.COLOCATED:
-            throughput = s * (
-                b * (workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)) / capacity.colocated
-            )
-            throughput += (
-                s
-                * workload.generated_tokens_per_turn
-                * (
-                    self._pearl.reference.decode_iteration_s
-                    + self._pearl.reference.decode_per_seq_s * b / capacity.colocated
-                )
+        flows = [self._flow(workload, capacity, st.decoding, ph) for st, ph in zip(states, phases, strict=True)]
+        decode_time = s * workload.generated_tokens_per_turn * _mean([st.iteration_s for st in states])
+        own_prefill = s * _mean([st.prefill_s for st in states])
+        if colocated:
+            throughput = (
+                self._prefill_bound_s(workload, capacity.colocated, flows, Mode.COLOCATED)
+                - burst
+                + self._decode_bound_s(workload, capacity.colocated, Mode.COLOCATED)
+                + s * self.params.pearl.switch_overhead_s
             )
             total = max(critical, throughput + env)
-            decode = s * workload.generated_tokens_per_turn * cycle.iteration_s
             return MakespanBreakdown(
                 total_s=total,
-                prefill_s=burst + s * cycle.prefill_s,
-                decode_s=decode,
+                prefill_s=burst + own_prefill,
+                decode_s=decode_time,
                 transfer_s=0.0,
                 environment_s=env,
-                overhead_s=max(0.0, total - decode - s * cycle.prefill_s - env),
+                overhead_s=max(0.0, total - decode_time - own_prefill - env),
             )
-        prefill_bound = terms.prefill.time_s(capacity.prefill)
-        decode_bound = terms.decode.time_s(capacity.decode)
+        prefill_bound = self._prefill_bound_s(workload, capacity.prefill, flows, Mode.DISAGGREGATED)
+        decode_bound = self._decode_bound_s(workload, capacity.decode, Mode.DISAGGREGATED)
         total = max(critical, prefill_bound + env, decode_bound + env)
         return MakespanBreakdown(
             total_s=total,
-            prefill_s=burst + s * cycle.prefill_s,
-            decode_s=s * workload.generated_tokens_per_turn * cycle.iteration_s,
-            transfer_s=s * cycle.transfer_s,
+            prefill_s=burst + own_prefill,
+            decode_s=decode_time,
+            transfer_s=s * _mean([st.transfer_s for st in states]),
             environment_s=env,
             overhead_s=0.0,
         )

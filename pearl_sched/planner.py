@@ -27,7 +27,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
@@ -45,10 +45,17 @@ from pearl_sched.policies import (
     idle_window_allows_borrow,
     must_return,
 )
-from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
+from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
-from pearl_sched.state import ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, Zone
-from pearl_sched.transition import FLIP_ROLES, apply_actions, assign_slots, assignment_tuple, build_actions
+from pearl_sched.state import GPU, ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, WorkerSize, WorkerSizes, Zone
+from pearl_sched.transition import (
+    FLIP_ROLES,
+    apply_actions,
+    assign_slots,
+    assignment_tuple,
+    build_actions,
+    place_new_workers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +83,18 @@ class _Slot:
 
 @dataclass(frozen=True)
 class _Classified:
-    """Step 1's result: the slots, their classes (full eligibility), each class's category, the base problem."""
+    """Step 1's result: the slots, their classes (full eligibility), each class's category, the base problem.
+
+    With worker sizes, ``layouts`` maps each GPU pool to its nodes' GPUs (for placing new workers) and
+    ``gpu_pool`` each pooled GPU to its pool.
+    """
 
     slots: tuple[_Slot, ...]
     classes: tuple[SlotClass, ...]
     category: Mapping[str, _Category]  # class key → category
     base: ClassProblem  # only base classes eligible
+    layouts: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None
+    gpu_pool: Mapping[str, str] | None = None
 
     def has(self, category: _Category) -> bool:
         """Whether some class is in ``category``."""
@@ -117,6 +130,7 @@ class _SolveContext:
     rounds: int = 0
     rounding_error: float = 0.0
     statuses: tuple[str, ...] = ()
+    earlier: list[ClassSolution] = field(default_factory=list)  # with worker sizes: start candidates
 
     def solve(self, problem: ClassProblem) -> _Solved | None:
         """The best configuration of ``problem``, or None when nothing is feasible."""
@@ -127,6 +141,8 @@ class _SolveContext:
             return _Solved(enumerated, None) if enumerated is not None else None
         # Start from the better of PEARL's enumeration and the current assignment (nothing optional changed).
         candidates = [enumerate_configurations(problem, window=_START_WINDOW), _status_quo(problem, self.mode)]
+        if problem.pools:  # with worker sizes PEARL's sweep starts far off; earlier answers (same classes) start nearer
+            candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
         start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
         try:
             outcome = solve_class_problem(
@@ -150,6 +166,8 @@ class _SolveContext:
         solution = outcome.solution if outcome.solution is not None else start_solution
         if solution is None:
             return None
+        if problem.pools:
+            self.earlier.append(solution)
         proven = solution is outcome.solution and outcome.status == "optimal" and math.isfinite(outcome.bound_s)
         return _Solved(solution, outcome.bound_s if proven else None)
 
@@ -233,6 +251,16 @@ def _plan_once(
     classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
+    if state.worker_sizes is not None:
+        resized = sum(
+            c.size
+            for c in classified.classes
+            if c.current_role is not None
+            and c.current_role not in c.eligible
+            and classified.category[c.key] is not _Category.OUT
+        )
+        if resized:
+            reasons.append(f"resize: {resized} serving worker(s) at a size their role does not allow")
     inputs = _GateInputs(pstate, costs, policy, _idle_window_s(state, classified.slots))
     for gate in _GATES:  # step 3
         problem, best = _gate(gate, classified, problem, best, inputs, solves, reasons)
@@ -304,8 +332,12 @@ def _compose(
     """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to)."""
     classified = _classify(state, model, costs, policy)
     problem = classified.base.with_classes(classified.classes)
-    target = then.roles()
-    counts = tuple(tuple(sum(1 for sid in c.slot_ids if target[sid] is r) for r in ROLES) for c in problem.classes)
+    if classified.gpu_pool is None:
+        target = then.roles()
+        counts = tuple(tuple(sum(1 for sid in c.slot_ids if target[sid] is r) for r in ROLES) for c in problem.classes)
+    else:
+        final = apply_actions(apply_actions(state, first.actions), then.actions)
+        counts = _counts_in(final, state, problem, classified.gpu_pool)
     solution = evaluate(problem, then.mode, counts)  # type: ignore[arg-type]
     if solution is None:  # cannot happen: a slot eligible after the transition was eligible before it
         return None
@@ -336,6 +368,24 @@ def _compose(
         digest=digest,
         pstate=pstate,
     )
+
+
+def _counts_in(
+    final: ClusterState, start: ClusterState, problem: ClassProblem, gpu_pool: Mapping[str, str]
+) -> tuple[tuple[int, int, int], ...]:
+    """The class counts of ``final`` in ``start``'s problem: kept slots by class, other workers as new ones."""
+    before = {w.id: w.gpu_ids for w in start.workers}
+    role_of = {w.id: w.rollout_role for w in final.workers}
+    counts: list[tuple[int, int, int]] = []
+    new = [w for w in final.workers if before.get(w.id) != w.gpu_ids and w.rollout_role is not None]
+    for c in problem.classes:
+        if c.is_new:
+            mine = [w for w in new if gpu_pool.get(w.gpu_ids[0]) == c.pool and (w.tp, w.dp) == (c.tp, c.dp)]
+            p, d, k = (sum(1 for w in mine if w.rollout_role is r) for r in ROLES)
+        else:
+            p, d, k = (sum(1 for sid in c.slot_ids if sid in role_of and role_of[sid] is r) for r in ROLES)
+        counts.append((p, d, k))
+    return tuple(counts)
 
 
 def _solve(problem: ClassProblem, solves: _SolveContext) -> _Solved | None:
@@ -584,7 +634,16 @@ def _assemble(
     workers = {w.id: w for w in state.workers}
     target = assign_slots(problem, solution.counts, workers)
     slot_reasons = {s.worker.id: s.reason for s in classified.slots if s.reason}
-    actions = build_actions(state, target, slot_reasons)
+    if classified.layouts is None:
+        actions = build_actions(state, target, slot_reasons)
+    else:
+        regrouping = place_new_workers(state, problem, solution.counts, target, classified.layouts)
+        for old in regrouping.dissolved:
+            target.pop(old)
+        for pool in regrouping.repacked_pools:
+            logger.warning("pool %s repacked: its surviving workers restart on the new layout", pool)
+        target.update({new.worker_id: new.role for new in regrouping.new_workers})
+        actions = build_actions(state, target, slot_reasons, regrouping)
     breakdown = model.predict(workload, _pool_capacity(solution))
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in pairs)
@@ -650,6 +709,11 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
     classes, category = _classes(state, model, slots, costs, n_ref)
+    pools: tuple[GpuPool, ...] = ()
+    layouts = gpu_pool = None
+    if state.worker_sizes is not None:
+        sized = _sized(state, model, slots, costs, n_ref, state.worker_sizes)
+        classes, category, pools, layouts, gpu_pool = sized
     workload = state.workload
     base = ClassProblem(
         classes=tuple(
@@ -661,8 +725,9 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
         kv_required_bytes=workload.unfinished * workload.kv_bytes_per_trajectory,
         min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
         admission_pause_s=costs.finalisation_s,
+        pools=pools,
     )
-    return _Classified(tuple(slots), classes, category, base)
+    return _Classified(tuple(slots), classes, category, base, layouts, gpu_pool)
 
 
 def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
@@ -728,7 +793,7 @@ def _classes(
                 weight={r: model.capacity_weight(workload, first.gpu_type, first.tp, r) for r in ROLLOUT_ROLES},
                 kv_bytes=model.kv_capacity_bytes(first.gpu_type, first.tp),
                 prefill_tokens_per_s=model.prefill_tokens_per_s(first.gpu_type, first.tp),
-                cost=_costs(current, first.zone, costs, n_ref),
+                cost=_costs(current, first.zone, costs, n_ref, first.tp),
                 pauses_admission=current is None and first.zone is not Zone.OVERLAP,
             )
         )
@@ -736,7 +801,177 @@ def _classes(
     return tuple(classes), category
 
 
-def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int) -> dict[Role | None, float]:
+_REGROUP_TIE_S = 1e-3
+"""Tie-breaker: a new worker on regrouped GPUs costs this much more than starting an idle slot of its size."""
+
+
+def _pool_of(gpu: GPU) -> str:
+    # Node groups are not in the key (as for slot classes): the node-block rows are per node, and a node is in
+    # one node group, so merging them loses nothing and keeps the model small. Nor is the category: serving and
+    # idle preemptible GPUs of a node regroup together (the new workers on them pass the expansion gate).
+    return f"{gpu.zone.value}|{gpu.type}"
+
+
+def _pool_category(zone: Zone) -> _Category:
+    """The category of new workers formed in a pool: a new worker on preemptible GPUs is an expansion."""
+    return _Category.BASE if zone is Zone.DEDICATED else _Category.NEW_PREEMPTIBLE
+
+
+def _sized(
+    state: ClusterState,
+    model: MakespanModel,
+    slots: list[_Slot],
+    costs: TransitionCosts,
+    n_ref: int,
+    sizes: WorkerSizes,
+) -> tuple[
+    tuple[SlotClass, ...],
+    dict[str, _Category],
+    tuple[GpuPool, ...],
+    dict[str, dict[str, tuple[str, ...]]],
+    dict[str, str],
+]:
+    """Step 1 with worker sizes: pools of regroupable GPUs, the slot classes by pool, and the new-worker classes.
+
+    A pool holds the GPUs of one zone (dedicated or preemptible) and type, any node group, whose slots are in the
+    base or the new-preemptible category (on one node), and the free GPUs no slot holds. Overlap (training) GPUs
+    keep their slots' size. A slot may take a role only at a size that role allows; per pool and allowed size, a
+    class of new workers stands for the workers the pool's GPUs could form: base on dedicated GPUs, new
+    preemptible (so behind the expansion gate) on preemptible ones, whether those GPUs serve now or not (a
+    category taken from the slots would change with each transition, and a plan's result would re-plan to more).
+    """
+    index = state.gpu_index()
+    limits = sizes.model
+    gpu_pool: dict[str, str] = {}
+    pool_category: dict[str, _Category] = {}
+    pooled_slots: dict[str, str] = {}  # slot id → pool
+    for s in slots:
+        gpus = [index[g] for g in s.worker.gpu_ids]
+        if s.zone is Zone.OVERLAP or s.category not in (_Category.BASE, _Category.NEW_PREEMPTIBLE):
+            continue
+        if len({g.node for g in gpus}) > 1:
+            continue
+        slot_pool = _pool_of(gpus[0])
+        pool_category[slot_pool] = _pool_category(s.zone)
+        pooled_slots[s.worker.id] = slot_pool
+        gpu_pool.update((g.id, slot_pool) for g in gpus)
+    held = {g for w in state.workers for g in w.gpu_ids}
+    for gpu in state.gpus:  # GPUs no slot holds
+        if gpu.id in held or not gpu.available or gpu.zone is Zone.OVERLAP:
+            continue
+        if gpu.zone is Zone.PREEMPTIBLE and not state.budget.allow_preemptible:
+            continue
+        pool_key = _pool_of(gpu)
+        pool_category[pool_key] = _pool_category(gpu.zone)
+        gpu_pool[gpu.id] = pool_key
+    layouts: dict[str, dict[str, list[str]]] = {}
+    for gpu in state.gpus:
+        if gpu.id in gpu_pool:
+            layouts.setdefault(gpu_pool[gpu.id], {}).setdefault(gpu.node, []).append(gpu.id)
+    workload = state.workload
+
+    def allowed(size: WorkerSize, gpu_type: str) -> frozenset[Role]:
+        if limits is not None and not limits.fits(size, gpu_type):
+            return frozenset()
+        return frozenset(r for r, options in sizes.by_role().items() if size in options)
+
+    def per_size(gpu_type: str, tp: int) -> tuple[dict[Role, float], float, float]:
+        """Capacity weights, KV bytes and prefill tokens/s of one worker of (gpu_type, tp)."""
+        return (
+            {r: model.capacity_weight(workload, gpu_type, tp, r) for r in ROLLOUT_ROLES},
+            model.kv_capacity_bytes(gpu_type, tp),
+            model.prefill_tokens_per_s(gpu_type, tp),
+        )
+
+    groups: dict[tuple[str, ...], list[_Slot]] = {}
+    for s in slots:
+        role = s.worker.rollout_role
+        # Slots outside every pool (overlap, out, or spanning nodes) keep their size; the marker keeps a slot
+        # spanning nodes out of the class of pooled slots it would otherwise share a key with.
+        pool = pooled_slots.get(s.worker.id) or (
+            "spans-nodes" if len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
+        )
+        group = (s.zone.value, s.gpu_type, s.worker.size.label, role.value if role else "off")
+        groups.setdefault((*group, s.category.value, pool), []).append(s)
+    classes: list[SlotClass] = []
+    category: dict[str, _Category] = {}
+    for key in sorted(groups):
+        members = groups[key]
+        first = members[0]
+        current = first.worker.rollout_role
+        eligible = allowed(first.worker.size, first.gpu_type) if first.category is not _Category.OUT else frozenset()
+        name = "|".join(key[:-1]) + ("|spans-nodes" if key[-1] == "spans-nodes" else "")
+        weight, kv_bytes, prefill_rate = (
+            per_size(first.gpu_type, first.tp) if eligible else (dict.fromkeys(ROLLOUT_ROLES, 0.0), 0.0, 0.0)
+        )
+        classes.append(
+            SlotClass(
+                key=name,
+                slot_ids=tuple(sorted(s.worker.id for s in members)),
+                gpu_type=first.gpu_type,
+                tp=first.tp,
+                zone=first.zone,
+                node_group=first.node_group if len({m.node_group for m in members}) == 1 else "*",
+                current_role=current,
+                eligible=eligible,
+                weight=weight,
+                kv_bytes=kv_bytes,
+                prefill_tokens_per_s=prefill_rate,
+                cost=_costs(current, first.zone, costs, n_ref, first.tp),
+                pauses_admission=current is None and first.zone is not Zone.OVERLAP,
+                pool=pooled_slots.get(first.worker.id),
+                dp=first.worker.dp,
+            )
+        )
+        category[name] = first.category
+    options = sorted({s for role_sizes in sizes.by_role().values() for s in role_sizes}, key=lambda z: (z.tp, z.dp))
+    pools = []
+    for pool_key in sorted(layouts):
+        zone_value, gpu_type = pool_key.split("|")
+        nodes = layouts[pool_key]
+        zone = Zone(zone_value)
+        tps = sorted({z.tp for z in options} | {c.tp for c in classes if c.pool == pool_key and c.eligible})
+        blocks = {tp: tp * sum(len(g) // tp for g in nodes.values()) for tp in tps}
+        pools.append(GpuPool(pool_key, {tp: b for tp, b in blocks.items() if b > 0}))
+        for size in options:
+            eligible = allowed(size, gpu_type)
+            if not eligible or blocks[size.tp] == 0:
+                continue
+            start = costs.preparation_for(size.tp) / n_ref + _REGROUP_TIE_S
+            cost: dict[Role | None, float] = {r: start for r in ROLLOUT_ROLES}
+            if zone is not Zone.DEDICATED:
+                cost[Role.DECODE] += costs.volatile_decode_s
+            cost[None] = 0.0
+            name = f"{pool_key}|new-{size.label}"
+            weight, kv_bytes, prefill_rate = per_size(gpu_type, size.tp)
+            classes.append(
+                SlotClass(
+                    key=name,
+                    slot_ids=(),
+                    gpu_type=gpu_type,
+                    tp=size.tp,
+                    zone=zone,
+                    node_group="*",
+                    current_role=None,
+                    eligible=eligible,
+                    cost=cost,
+                    pauses_admission=True,
+                    pool=pool_key,
+                    new_workers=blocks[size.tp] // size.tp,
+                    dp=size.dp,
+                    weight=weight,
+                    kv_bytes=kv_bytes,
+                    prefill_tokens_per_s=prefill_rate,
+                )
+            )
+            category[name] = pool_category[pool_key]
+    frozen_layouts = {p: {n: tuple(g) for n, g in nodes.items()} for p, nodes in layouts.items()}
+    return tuple(classes), category, tuple(pools), frozen_layouts, gpu_pool
+
+
+def _costs(
+    current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int, tp: int = 1
+) -> dict[Role | None, float]:
     """Objective seconds per slot of ending in each role, plus tie-breakers.
 
     A slot down for d seconds costs the pool d capacity-seconds, about d / N seconds of makespan for a pool of
@@ -750,11 +985,11 @@ def _costs(current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int)
         elif target is None:
             seconds = costs.deactivation_s if zone is Zone.OVERLAP else costs.stop_s
         elif current is None:
-            seconds = costs.activation_s if zone is Zone.OVERLAP else costs.preparation_s
+            seconds = costs.activation_s if zone is Zone.OVERLAP else costs.preparation_for(tp)
         elif {current, target} == FLIP_ROLES:
             seconds = costs.role_switch_s
         else:
-            seconds = costs.restart_s
+            seconds = costs.restart_for(tp)
         value = seconds / n_ref
         if target is Role.DECODE and zone is not Zone.DEDICATED:
             value += costs.volatile_decode_s

@@ -13,6 +13,10 @@ from pearl_sched.makespan import MakespanBreakdown
 from pearl_sched.state import Frozen, Mode, NonNegFloat, Role, Zone, ratio_label
 
 
+def _is_one(value: object) -> bool:
+    return value == 1
+
+
 class ActionKind(StrEnum):
     """Kinds of action, in the order a transition executes them (docs/policies.md)."""
 
@@ -32,7 +36,12 @@ ACTION_ORDER: tuple[ActionKind, ...] = tuple(ActionKind)
 
 
 class Action(Frozen):
-    """One step of a transition on one worker slot."""
+    """One step of a transition on one worker slot.
+
+    An ``expand`` on a ``worker_id`` the state does not hold starts a new worker formed by regrouping GPUs
+    (worker sizes, docs/state.md); the slots that held those GPUs are dissolved (stopped first by a ``shrink``
+    when they were serving).
+    """
 
     kind: ActionKind
     worker_id: str
@@ -42,6 +51,12 @@ class Action(Frozen):
     to_role: Role | None = Field(description="Rollout role after (None: off, or back with the trainer)")
     group: int | None = Field(default=None, description="Admission group: all members or none")
     reason: str = ""
+    dp: int = Field(default=1, ge=1, exclude_if=_is_one, description="Attention-DP ranks of a new worker (SGLang --dp)")
+
+    @property
+    def tp(self) -> int:
+        """GPUs of the worker the action is on (its TP degree)."""
+        return len(self.gpu_ids)
 
 
 class SlotAssignment(Frozen):

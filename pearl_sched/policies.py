@@ -63,9 +63,37 @@ def idle_window_allows_borrow(reclaim_in_s: float, costs: TransitionCosts, confi
     return reclaim_in_s > costs.activation_s + costs.deactivation_s + config.drain_margin_s
 
 
-def borrow_serving_s(idle_window_s: float, costs: TransitionCosts, config: PolicyConfig) -> float:
-    """Seconds a lent training GPU serves inside an idle window: after activation, until it must start going back."""
-    return idle_window_s - costs.activation_s - costs.deactivation_s - config.drain_margin_s
+def toggle_parts_s(state: PolicyState, costs: TransitionCosts) -> tuple[float, float]:
+    """(activation, deactivation) seconds: ``T̂_toggle`` split in the ratio of ``costs``' activation and deactivation.
+
+    Before any measurement this is ``(costs.activation_s, costs.deactivation_s)``; afterwards the measured
+    toggle moves both in proportion (a toggle is measured whole, as activation plus deactivation).
+    """
+    toggle = toggle_cost_s(state, costs)
+    table = costs.activation_s + costs.deactivation_s
+    if table <= 0:
+        return toggle, 0.0
+    return toggle * costs.activation_s / table, toggle * costs.deactivation_s / table
+
+
+def borrow_end_cost_s(
+    *,
+    makespan_dedicated_s: float,
+    makespan_full_s: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+) -> float:
+    """What ending a loan costs under ``gate_horizon="residence"``, the quantity :func:`borrow_gate` weighs V against.
+
+    Either the trainer waits deactivation D for GPUs returned when its idle window ends (the batch's end with
+    staleness 1, as in the simulator), or the loop returns them D + m early (:func:`must_return`) and they do
+    not serve those seconds, ``(T̂_dedicated − T̂_full)/T̂_full`` each; the costlier of the two
+    (docs/policies.md, "Gate horizons").
+    """
+    _, deactivation = toggle_parts_s(state, costs)
+    rate = (makespan_dedicated_s - makespan_full_s) / makespan_full_s if makespan_full_s > 0 else 0.0
+    return max(deactivation, rate * (deactivation + config.drain_margin_s))
 
 
 def borrow_value_s(
@@ -76,20 +104,44 @@ def borrow_value_s(
     costs: TransitionCosts,
     config: PolicyConfig,
     idle_window_s: float | None = None,
+    state: PolicyState | None = None,
 ) -> float:
-    """Seconds of rollout a loan saves, the quantity :func:`borrow_gate` weighs against ``T̂_toggle``.
+    """Seconds of rollout a loan saves, the quantity :func:`borrow_gate` weighs against a cost.
 
     PEARL's rule (``gate_horizon="batch"``, or no idle window known) counts the batch in flight:
-    ``(R/B)·(T̂_dedicated − T̂_full)``. Over the residence, the lent GPUs save ``T̂_dedicated − T̂_full`` per batch
-    of ``T̂_full`` seconds they serve, and they serve the idle window less activation, deactivation and the
-    drain margin: ``(T̂_dedicated − T̂_full)·serving/T̂_full`` (docs/policies.md).
+    ``(R/B)·(T̂_dedicated − T̂_full)``, weighed against ``T̂_toggle``. Over the residence, the lent GPUs save
+    ``T̂_dedicated − T̂_full`` per batch of ``T̂_full`` seconds they serve, and they serve from the end of
+    activation A to the end of the idle window W: ``(T̂_dedicated − T̂_full)·(W − A)/T̂_full``, weighed against
+    :func:`borrow_end_cost_s` (docs/policies.md). A is ``T̂_toggle``'s activation part (:func:`toggle_parts_s`).
     """
     if config.gate_horizon == "batch" or idle_window_s is None:
         return unfinished_fraction * (makespan_dedicated_s - makespan_full_s)
     if makespan_full_s <= 0:
         return 0.0
-    serving = max(0.0, borrow_serving_s(idle_window_s, costs, config))
+    activation, _ = toggle_parts_s(state or PolicyState(), costs)
+    serving = max(0.0, idle_window_s - activation)
     return (makespan_dedicated_s - makespan_full_s) * serving / makespan_full_s
+
+
+def _borrow_threshold_s(
+    makespan_dedicated_s: float,
+    makespan_full_s: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+    idle_window_s: float | None,
+) -> tuple[float, str]:
+    """What the loan's value must beat, and its name: ``T̂_toggle`` (Eq. 7) or the end cost (residence)."""
+    if config.gate_horizon == "batch" or idle_window_s is None:
+        return toggle_cost_s(state, costs), "toggle cost"
+    cost = borrow_end_cost_s(
+        makespan_dedicated_s=makespan_dedicated_s,
+        makespan_full_s=makespan_full_s,
+        state=state,
+        costs=costs,
+        config=config,
+    )
+    return cost, "return cost"
 
 
 def borrow_gate(
@@ -102,17 +154,18 @@ def borrow_gate(
     config: PolicyConfig | None = None,
     idle_window_s: float | None = None,
 ) -> GateDecision:
-    """Lend training GPUs only if the rollout seconds they save beat ``T̂_toggle`` (PEARL Eq. 7).
+    """Lend training GPUs only if the rollout seconds they save beat what the loan costs (PEARL Eq. 7).
 
     With ``config.gate_horizon == "batch"`` (or no ``idle_window_s``) this is Eq. 7 as the paper writes it,
-    ``(R/B)·(T̂_dedicated − T̂_full) > T̂_toggle``; otherwise the saving is counted over the trainer's idle
-    window (:func:`borrow_value_s`), and a window too short to serve in at all is refused.
+    ``(R/B)·(T̂_dedicated − T̂_full) > T̂_toggle``. Otherwise the saving is counted over the trainer's idle
+    window, from the end of activation on (:func:`borrow_value_s`), and weighed against what ending the loan
+    costs (:func:`borrow_end_cost_s`): activation is already left out of the serving seconds, so it is not
+    charged twice. A window too short to serve in before an early return is refused.
     """
     config = config or PolicyConfig()
-    toggle = toggle_cost_s(state, costs)
     if config.gate_horizon == "residence" and idle_window_s is not None:
-        serving = borrow_serving_s(idle_window_s, costs, config)
-        if serving <= 0:
+        activation, deactivation = toggle_parts_s(state, costs)
+        if idle_window_s - activation - deactivation - config.drain_margin_s <= 0:
             return GateDecision(False, f"no borrow: idle window {idle_window_s:.1f} s ends before the GPUs can serve")
     gain = borrow_value_s(
         makespan_dedicated_s=makespan_dedicated_s,
@@ -121,10 +174,12 @@ def borrow_gate(
         costs=costs,
         config=config,
         idle_window_s=idle_window_s,
+        state=state,
     )
-    if gain > toggle:
-        return GateDecision(True, f"borrow: gain {gain:.1f} s > toggle cost {toggle:.1f} s")
-    return GateDecision(False, f"no borrow: gain {gain:.1f} s ≤ toggle cost {toggle:.1f} s")
+    threshold, what = _borrow_threshold_s(makespan_dedicated_s, makespan_full_s, state, costs, config, idle_window_s)
+    if gain > threshold:
+        return GateDecision(True, f"borrow: gain {gain:.1f} s > {what} {threshold:.1f} s")
+    return GateDecision(False, f"no borrow: gain {gain:.1f} s ≤ {what} {threshold:.1f} s")
 
 
 def expected_residence_s(state: PolicyState) -> float:
@@ -278,14 +333,13 @@ def borrow_can_pass(
 ) -> bool:
     """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`borrow_gate`.
 
-    The saving per served second, ``(T̂_dedicated − T)/T``, falls as T grows, so the bound's is the most.
+    The saving per served second, ``(T̂_dedicated − T)/T``, falls as T grows, and the value less the end cost
+    rises with it (the window is longer than activation + deactivation + margin), so the bound's is the most.
     """
-    if (
-        config.gate_horizon == "residence"
-        and idle_window_s is not None
-        and borrow_serving_s(idle_window_s, costs, config) <= 0
-    ):
-        return False
+    if config.gate_horizon == "residence" and idle_window_s is not None:
+        activation, deactivation = toggle_parts_s(state, costs)
+        if idle_window_s - activation - deactivation - config.drain_margin_s <= 0:
+            return False
     value = borrow_value_s(
         makespan_dedicated_s=makespan_dedicated_s,
         makespan_full_s=makespan_lower_bound_s,
@@ -293,8 +347,12 @@ def borrow_can_pass(
         costs=costs,
         config=config,
         idle_window_s=idle_window_s,
+        state=state,
     )
-    return value > toggle_cost_s(state, costs)
+    threshold, _ = _borrow_threshold_s(
+        makespan_dedicated_s, makespan_lower_bound_s, state, costs, config, idle_window_s
+    )
+    return value > threshold
 
 
 def observe_toggle(state: PolicyState, measured_s: float, config: PolicyConfig) -> PolicyState:

@@ -1,7 +1,10 @@
 """The class-level planning problem: its vocabulary, its exact objective and a brute-force oracle.
 
 Slots that are interchangeable — same zone, GPU type, node group, current role and TP degree — form a
-*class* of size n_k; a configuration says how many slots of each class take each rollout role. This module
+*class* of size n_k; a configuration says how many slots of each class take each rollout role. With worker
+sizes (docs/state.md), a class may also stand for workers not yet formed: up to n_k new workers of one size
+on the GPUs of a :class:`GpuPool`, whose node blocks bound them together with the pool's surviving slots.
+This module
 is the problem's core: the planner builds a :class:`ClassProblem`, every solver (the MILP in
 ``pearl_sched.solvers.formulation``, PEARL's enumeration) answers with a :class:`ClassSolution`, and
 :func:`evaluate` is the one exact score both sides agree on (docs/formulation.md). Solvers depend on this
@@ -52,11 +55,71 @@ class SlotClass:
     cost: Mapping[Role | None, float]
     pauses_admission: bool = False
     fixed: bool = False
+    pool: str | None = None
+    new_workers: int | None = None
+    dp: int = 1
 
     @functools.cached_property
     def size(self) -> int:
-        """Number of slots in the class."""
-        return len(self.slot_ids)
+        """Number of slots in the class: its slots, or for a class of new workers how many could be formed."""
+        return self.new_workers if self.new_workers is not None else len(self.slot_ids)
+
+    @property
+    def is_new(self) -> bool:
+        """Whether the class stands for workers formed by regrouping its pool's GPUs (no slots yet)."""
+        return self.new_workers is not None
+
+
+@dataclass(frozen=True)
+class GpuPool:
+    """GPUs of one zone, GPU type, node group and planner category that workers of several sizes may share.
+
+    ``block_gpus[s]`` is s · Σ_nodes ⌊a_n / s⌋ (a_n the pool's GPUs on node n): the GPUs workers of TP ≥ s can
+    occupy without crossing a node. Because the sizes divide one another, a set of workers packs onto the
+    nodes exactly when, for every size s, the GPUs of the workers of TP ≥ s fit in ``block_gpus[s]``.
+    """
+
+    key: str
+    block_gpus: Mapping[int, int]
+
+
+class PoolLedger:
+    """GPUs taken so far in each pool's node blocks, for greedy searches that must respect them."""
+
+    def __init__(self, problem: ClassProblem) -> None:
+        """An empty ledger over ``problem``'s pools."""
+        self._limits = {p.key: dict(p.block_gpus) for p in problem.pools}
+        self._used = {p.key: dict.fromkeys(p.block_gpus, 0) for p in problem.pools}
+
+    def room(self, cls: SlotClass) -> int:
+        """How many more workers of ``cls`` fit its pool's node blocks (unbounded without a pool)."""
+        if cls.pool is None or cls.pool not in self._limits:
+            return cls.size
+        limits, used = self._limits[cls.pool], self._used[cls.pool]
+        return min((limits[b] - used[b]) // cls.tp for b in limits if b <= cls.tp)
+
+    def take(self, cls: SlotClass, workers: int) -> None:
+        """Record ``workers`` more workers of ``cls``."""
+        if cls.pool is None or cls.pool not in self._used:
+            return
+        used = self._used[cls.pool]
+        for block in used:
+            if block <= cls.tp:
+                used[block] += workers * cls.tp
+
+
+def pool_violation(problem: ClassProblem, counts: Counts) -> str | None:
+    """The first node-block row of ``problem.pools`` that ``counts`` break, or None."""
+    for pool in problem.pools:
+        for block, limit in pool.block_gpus.items():
+            used = sum(
+                c.tp * sum(n)
+                for c, n in zip(problem.classes, counts, strict=True)
+                if c.pool == pool.key and c.tp >= block
+            )
+            if used > limit:
+                return f"{pool.key}: {used} GPUs in workers of TP>={block}, {limit} available"
+    return None
 
 
 @dataclass(frozen=True)
@@ -71,6 +134,7 @@ class ClassProblem:
     min_prefill_tokens_per_s: float
     admission_pause_s: float
     modes: tuple[Mode, ...] = (Mode.COLOCATED, Mode.DISAGGREGATED)
+    pools: tuple[GpuPool, ...] = ()
 
     def with_classes(self, classes: Sequence[SlotClass]) -> ClassProblem:
         """The same problem over other classes."""
@@ -83,6 +147,7 @@ class ClassProblem:
             self.min_prefill_tokens_per_s,
             self.admission_pause_s,
             self.modes,
+            self.pools,
         )
 
 
@@ -141,6 +206,8 @@ def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution
         starts = starts or (cls.pauses_admission and sum(n) > 0)
     if gpus > problem.max_gpus:
         return None
+    if problem.pools and pool_violation(problem, counts) is not None:
+        return None
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         if (role in active) != (totals[i] > 0):
@@ -185,8 +252,11 @@ __all__ = [
     "ClassProblem",
     "ClassSolution",
     "Counts",
+    "GpuPool",
+    "PoolLedger",
     "SlotClass",
     "brute_force",
     "capacity",
     "evaluate",
+    "pool_violation",
 ]

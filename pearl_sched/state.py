@@ -8,10 +8,12 @@ pydantic models that forbid unknown fields; rules that span objects are checked 
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Self
 
 from pearl_sched._compat import StrEnum
@@ -94,6 +96,107 @@ class GPU(Frozen):
         return self
 
 
+def _is_one(value: object) -> bool:
+    """Serialisation filter: a field left at 1 is not written, so states without sizes dump as before."""
+    return value == 1
+
+
+class WorkerSize(Frozen):
+    """One worker size: a TP group of ``tp`` GPUs on one node, with ``dp`` attention data-parallel ranks.
+
+    ``dp`` > 1 is SGLang's attention-DP for MoE models (``--dp <dp> --enable-dp-attention``: attention runs
+    in ``dp`` replicas of TP ``tp/dp``, experts over all ``tp`` GPUs). The planner sizes capacity by ``tp``
+    (the makespan model's parameters are per TP degree) and carries ``dp`` to the launcher. In JSON a bare
+    integer ``4`` means ``{"tp": 4}``.
+    """
+
+    tp: int = Field(ge=1, description="GPUs in the worker (tensor-parallel degree)")
+    dp: int = Field(default=1, ge=1, exclude_if=_is_one, description="Attention data-parallel ranks (divides tp)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_int(cls, data: Any) -> Any:
+        return {"tp": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+    @model_validator(mode="after")
+    def _dp_divides_tp(self) -> Self:
+        if self.tp % self.dp:
+            raise ValueError(f"worker size TP{self.tp}: dp={self.dp} does not divide tp")
+        return self
+
+    @property
+    def label(self) -> str:
+        """``"tp4"``, or ``"tp8dp8"`` with attention-DP."""
+        return f"tp{self.tp}" + (f"dp{self.dp}" if self.dp > 1 else "")
+
+
+class ModelLimits(Frozen):
+    """What decides whether the served model can run at a worker size (from its config.json and the GPUs).
+
+    A size runs when its TP degree divides the attention heads and its GPUs hold the weights within SGLang's
+    static memory fraction: ``tp · gpu_memory_bytes[type] · memory_fraction > weight_bytes``.
+    """
+
+    name: str = Field(min_length=1, description="The model, for messages")
+    attention_heads: int = Field(gt=0, description="num_attention_heads of config.json")
+    weight_bytes: NonNegFloat = Field(description="Bytes of the weights (parameters × bytes per parameter)")
+    gpu_memory_bytes: dict[str, PosFloat] = Field(description="Memory of one GPU, per GPU type")
+    memory_fraction: float = Field(
+        default=0.85, gt=0.0, le=1.0, description="SGLang --mem-fraction-static (0.85: our assumption)"
+    )
+
+    def fits(self, size: WorkerSize, gpu_type: str) -> bool:
+        """Whether the weights fit on ``size.tp`` GPUs of ``gpu_type`` (unknown types never fit)."""
+        memory = self.gpu_memory_bytes.get(gpu_type)
+        return memory is not None and size.tp * memory * self.memory_fraction > self.weight_bytes
+
+
+class WorkerSizes(Frozen):
+    """The worker sizes plan() may choose, per rollout role (docs/state.md, "Worker sizes").
+
+    With sizes, plan() may regroup the GPUs of a node into workers of the chosen sizes; without them (the
+    state's ``worker_sizes`` left out) every slot keeps its size and plan() only chooses roles. A role with
+    no size is never planned (an empty ``colocated`` rules the colocated mode out). All TP degrees must
+    divide one another (1, 2, 4, 8): that is what lets GPUs of a node be regrouped without fragments.
+    """
+
+    prefill: tuple[WorkerSize, ...] = ()
+    decode: tuple[WorkerSize, ...] = ()
+    colocated: tuple[WorkerSize, ...] = ()
+    model: ModelLimits | None = Field(default=None, description="Checks each size against the model (recommended)")
+
+    @field_validator("prefill", "decode", "colocated")
+    @classmethod
+    def _distinct_tp(cls, sizes: tuple[WorkerSize, ...]) -> tuple[WorkerSize, ...]:
+        tps = [s.tp for s in sizes]
+        if len(set(tps)) != len(tps):
+            raise ValueError(f"a role lists one TP degree twice: {sorted(tps)}")
+        return tuple(sorted(sizes, key=lambda s: s.tp))
+
+    @model_validator(mode="after")
+    def _servable(self) -> Self:
+        if not self.colocated and not (self.prefill and self.decode):
+            raise ValueError("worker_sizes allows no mode: give colocated sizes, or both prefill and decode sizes")
+        tps = sorted(self.tps)
+        for small, large in itertools.pairwise(tps):
+            if large % small:
+                raise ValueError(f"worker sizes TP{small} and TP{large} do not divide one another (use 1, 2, 4, 8)")
+        return self
+
+    def allowed(self, role: Role) -> tuple[WorkerSize, ...]:
+        """The sizes ``role`` may have (none for the training role)."""
+        return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}.get(role, ())
+
+    @property
+    def tps(self) -> frozenset[int]:
+        """Every TP degree some role allows."""
+        return frozenset(s.tp for sizes in (self.prefill, self.decode, self.colocated) for s in sizes)
+
+    def by_role(self) -> Mapping[Role, tuple[WorkerSize, ...]]:
+        """Role → allowed sizes, for the rollout roles."""
+        return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}
+
+
 class Worker(Frozen):
     """A stable worker slot over a fixed TP group of GPUs.
 
@@ -108,6 +211,23 @@ class Worker(Frozen):
     endpoint: str | None = None
     weight_version: int | None = Field(default=None, ge=0)
     inflight_tokens: int = Field(default=0, ge=0, description="KV tokens in flight: the drain cost")
+    dp: int = Field(
+        default=1,
+        ge=1,
+        exclude_if=_is_one,
+        description="Attention data-parallel ranks over the TP group (MoE: SGLang --dp with --enable-dp-attention)",
+    )
+
+    @model_validator(mode="after")
+    def _dp_divides_tp(self) -> Self:
+        if self.tp % self.dp:
+            raise ValueError(f"worker {self.id!r}: dp={self.dp} does not divide its {self.tp} GPUs")
+        return self
+
+    @property
+    def size(self) -> WorkerSize:
+        """The worker's size: TP degree and attention-DP ranks."""
+        return WorkerSize(tp=self.tp, dp=self.dp)
 
     @property
     def tp(self) -> int:
@@ -192,6 +312,11 @@ class ClusterState(Frozen):
     workload: Workload
     budget: Budget
     allow_cross_node_tp: bool = False
+    worker_sizes: WorkerSizes | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Sizes plan() may regroup workers into, per role (None: every slot keeps its size)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -221,6 +346,8 @@ class ClusterState(Frozen):
             raise ValueError("state mixes colocated and disaggregated workers: no hybrid configurations")
         # A disaggregated cluster may have lost every worker of one role (preemption took them): that is a
         # state to observe and repair, not an invalid one; plan() always targets at least one of each.
+        if self.worker_sizes is not None:
+            _check_sizes(self.worker_sizes, self.gpus)
         return self
 
     def gpu_index(self) -> dict[str, GPU]:
@@ -234,6 +361,35 @@ class ClusterState(Frozen):
         if not roles:
             return None
         return Mode.COLOCATED if Role.COLOCATED in roles else Mode.DISAGGREGATED
+
+
+def _check_sizes(sizes: WorkerSizes, gpus: tuple[GPU, ...]) -> None:
+    """Refuse a size the model cannot run at, naming the size, its role and the reason."""
+    per_node = Counter(g.node for g in gpus)
+    largest = max(per_node.values(), default=0)
+    types = sorted({g.type for g in gpus})
+    limits = sizes.model
+    if limits is not None:
+        unknown = [t for t in types if t not in limits.gpu_memory_bytes]
+        if unknown:
+            raise ValueError(f"worker_sizes.model.gpu_memory_bytes gives no memory for GPU type(s) {unknown}")
+    for role, allowed in sizes.by_role().items():
+        for size in allowed:
+            where = f"worker_sizes.{role.value}: size {size.label}"
+            if size.tp > largest:
+                raise ValueError(f"{where} needs more GPUs than a node holds (the largest node has {largest})")
+            if limits is None:
+                continue
+            if limits.attention_heads % size.tp:
+                raise ValueError(
+                    f"{where}: TP{size.tp} does not divide {limits.name}'s {limits.attention_heads} attention heads"
+                )
+            if not any(limits.fits(size, t) for t in types):
+                memory = ", ".join(f"{t} {limits.gpu_memory_bytes[t] / 1e9:.0f} GB" for t in types)
+                raise ValueError(
+                    f"{where} is too small for {limits.name}'s {limits.weight_bytes / 1e9:.1f} GB of weights"
+                    f" ({size.tp} × ({memory}) × memory fraction {limits.memory_fraction})"
+                )
 
 
 def _unique(kind: str, ids: list[str]) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from pearl_sched.errors import UnknownModelError
 from pearl_sched.profiles.dataset import ProfileFormatError
 from pearl_sched.profiles.model_config import ModelConfig
 
@@ -367,12 +368,12 @@ def shipped_config(name: str) -> ModelConfig:
     config.json values, kept in NVIDIA aiconfigurator, Apache-2.0).
 
     Raises:
-        ValueError: When ``name`` is not a shipped config; the message lists the known ones.
+        UnknownModelError: When ``name`` is not a shipped config; the message lists the known ones.
     """
     path = Path(__file__).resolve().parent / "configs" / f"{name}.json"
     if not path.exists():
         known = sorted(p.stem for p in path.parent.glob("*.json"))
-        raise ValueError(f"no shipped config {name!r}; known: {known}")
+        raise UnknownModelError(f"no shipped config {name!r}; known: {', '.join(known)}")
     return ModelConfig.from_json(path, name=name)
 
 

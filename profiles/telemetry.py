@@ -7,6 +7,11 @@ million rows in well under a second — to :class:`TrajectoryStats`; :func:`refi
 estimate with an EWMA. Telemetry that is malformed or implausible (non-finite or negative numbers, no
 complete trajectory, a decoding fraction outside (0, 1]) is rejected with a reason and leaves the running
 estimate untouched: bad telemetry never corrupts the model.
+
+The improved predictor's serving parameters come from SGLang's own ``/metrics`` series (prompt and cached tokens,
+retracted requests, the KV pool size, the P→D speed): :func:`observe_serving` turns two samples around a batch into
+a :class:`~pearl_sched.makespan_improved.ModeObservation`, :func:`refit_serving` folds it in. An absent or NaN
+series is simply not measured, and the model falls back to its structural estimate (docs/profiles.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
 from pearl_sched.errors import TelemetryRejected
-from pearl_sched.state import Frozen, NonNegFloat, PosFloat, Workload
+from pearl_sched.makespan_improved import ModeObservation, ServingParams
+from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Workload
 
 TELEMETRY_COLUMNS = (
     "step",
@@ -169,3 +175,149 @@ def refit_steps(
             rejected.append((int(columns["step"][chunk[0]]), result.reason))
         stats = result.stats
     return stats, rejected
+
+
+# -- SGLang's serving metrics ---------------------------------------------------------------------------------------
+# The /metrics series the improved predictor is fitted from, as SGLang names them (read from the released wheels of
+# the versions adapters/sglang_versions.py supports: sglang/srt/metrics/collector.py in 0.5.2 and 0.5.8,
+# sglang/srt/observability/metrics_collector.py in 0.5.10 and 0.5.21; docs/profiles.md lists them).
+PROMPT_TOKENS = "sglang:prompt_tokens_total"
+"""Counter (every version): prompt tokens of finished requests, cached ones included."""
+CACHED_TOKENS = "sglang:cached_tokens_total"
+"""Counter (every version): prompt tokens served from the radix cache."""
+CACHE_HIT_RATE = "sglang:cache_hit_rate"
+"""Gauge (every version): the last prefill batch's hit rate — the fallback when the counters are absent."""
+RETRACTED = "sglang:num_retracted_requests_total"
+"""Counter (0.5.8 on): requests retracted because the KV pool ran out."""
+RETRACTED_0_5_2 = "sglang:total_retracted_reqs"
+"""Gauge holding a running total (0.5.2): the same count under its older name."""
+MAX_TOTAL_NUM_TOKENS = "sglang:max_total_num_tokens"
+"""Gauge (0.5.8 on): the worker's KV pool in tokens (0.5.2 has no such gauge: the launch value stays)."""
+KV_TRANSFER_SPEED = "sglang:kv_transfer_speed_gb_s"
+"""Gauge (every version, PD): the last KV transfer's speed in GB/s."""
+SERVING_METRICS = (
+    PROMPT_TOKENS,
+    CACHED_TOKENS,
+    CACHE_HIT_RATE,
+    RETRACTED,
+    RETRACTED_0_5_2,
+    MAX_TOTAL_NUM_TOKENS,
+    KV_TRANSFER_SPEED,
+)
+
+
+def _metric(sample: Mapping[str, float], name: str) -> float | None:
+    """A finite, non-negative value of ``name`` in ``sample``; None when absent, NaN, infinite or negative."""
+    value = sample.get(name)
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _delta(before: Mapping[str, float], after: Mapping[str, float], *names: str) -> float | None:
+    """The increase of the first counter both samples carry; None if none does or it went down (a restart)."""
+    for name in names:
+        start, end = _metric(before, name), _metric(after, name)
+        if start is not None and end is not None:
+            return end - start if end >= start else None
+    return None
+
+
+def observe_serving(
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    *,
+    turns: float,
+    prefill_workers: float = 0.0,
+    decode_workers: float = 0.0,
+    colocated_workers: float = 0.0,
+) -> ModeObservation:
+    """What one batch's workers reported, from two /metrics samples (its start and its end), summed over workers.
+
+    The prefill side's counters (the colocated workers, or PD's prefill workers) give the hit rate, Δcached ÷
+    Δprompt tokens, else the last batch's ``sglang:cache_hit_rate`` gauge averaged over the workers; the decode
+    side's retraction counter over the batch's ``turns`` gives retractions per turn. A series absent, NaN, negative
+    or going down (a worker restarted) is not measured (``None``): the model then uses its structural estimate.
+
+    Args:
+        before: The samples at the batch's start (metric name → value summed over the workers).
+        after: The samples at its end.
+        turns: Turns the batch served (requests to the decode side).
+        prefill_workers: The configuration that ran, in reference workers (PD prefill).
+        decode_workers: PD decode workers.
+        colocated_workers: Colocated workers.
+    """
+    workers = colocated_workers or prefill_workers
+    prompts = _delta(before, after, PROMPT_TOKENS)
+    cached = _delta(before, after, CACHED_TOKENS)
+    hit: float | None = None
+    if prompts is not None and cached is not None and prompts > 0:
+        hit = min(1.0, cached / prompts)
+    else:
+        gauge = _metric(after, CACHE_HIT_RATE)
+        hit = min(1.0, gauge / max(workers, 1.0)) if gauge is not None else None
+    retracted = _delta(before, after, RETRACTED, RETRACTED_0_5_2)
+    per_turn = retracted / turns if retracted is not None and turns > 0 and math.isfinite(turns) else None
+    return ModeObservation(
+        prefill_workers=prefill_workers,
+        decode_workers=decode_workers,
+        colocated_workers=colocated_workers,
+        cache_hit_rate=hit,
+        retractions_per_turn=per_turn,
+    )
+
+
+def refit_serving(
+    current: ServingParams,
+    mode: Mode,
+    observation: ModeObservation,
+    sample: Mapping[str, float],
+    *,
+    workers: float,
+    alpha: float = 0.3,
+) -> ServingParams:
+    """Fold one batch's serving metrics into the improved predictor's :class:`ServingParams` (EWMA, α).
+
+    Per mode, a measured hit rate and retraction rate are blended with the running ones while the same
+    configuration keeps running, and replace them when another ran (the correction is relative to the
+    configuration that ran); an unmeasured one keeps the previous value. The KV pool per worker
+    (``sglang:max_total_num_tokens`` ÷ workers) and the P→D speed (``sglang:kv_transfer_speed_gb_s`` ÷ prefill
+    workers, in bytes/s) replace the launch values when reported. Nothing here raises on bad metrics.
+
+    Args:
+        current: The parameters so far.
+        mode: The mode that ran.
+        observation: :func:`observe_serving` of the batch.
+        sample: The /metrics sample at the batch's end (gauges summed over the workers; the P→D speed over the
+            prefill workers).
+        workers: Workers whose KV pools ``sglang:max_total_num_tokens`` sums.
+        alpha: The EWMA weight of the new batch, in (0, 1].
+    """
+    if not 0.0 < alpha <= 1.0 or math.isnan(alpha):
+        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    previous = current.observed(mode)
+    same = previous is not None and previous.capacity(mode) == observation.capacity(mode)
+
+    def blend(name: str) -> float | None:
+        new: float | None = getattr(observation, name)
+        old: float | None = getattr(previous, name) if previous is not None else None
+        if new is None:
+            return old
+        return (1 - alpha) * old + alpha * new if same and old is not None else new
+
+    merged = observation.model_copy(
+        update={"cache_hit_rate": blend("cache_hit_rate"), "retractions_per_turn": blend("retractions_per_turn")}
+    )
+    update: dict[str, object] = {"colocated" if mode is Mode.COLOCATED else "disaggregated": merged}
+    pool = _metric(sample, MAX_TOTAL_NUM_TOKENS)
+    if pool is not None and pool > 0 and workers > 0:
+        update["kv_pool_tokens"] = pool / workers
+    speed = _metric(sample, KV_TRANSFER_SPEED)
+    senders = observation.prefill_workers
+    if mode is Mode.DISAGGREGATED and speed is not None and speed > 0 and senders > 0:
+        update["kv_transfer_bytes_per_s"] = speed / senders * 1e9
+    return current.model_copy(update=update)

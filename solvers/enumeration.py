@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, brute_force, evaluate
+from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, PoolLedger, brute_force, evaluate
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
@@ -27,11 +27,13 @@ def usable_workers(problem: ClassProblem) -> int:
         key=lambda k: (problem.classes[k].current_role is None, _STABILITY[problem.classes[k].zone], k),
     )
     gpus = workers = 0
+    ledger = PoolLedger(problem)
     for k in order:
         cls = problem.classes[k]
         if not cls.eligible:
             continue
-        take = min(cls.size, (problem.max_gpus - gpus) // cls.tp)
+        take = min(cls.size, (problem.max_gpus - gpus) // cls.tp, ledger.room(cls))
+        ledger.take(cls, take)
         gpus += take * cls.tp
         workers += take
     return workers
@@ -43,10 +45,12 @@ def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
     free = [c.size for c in problem.classes]
     gpus_left = problem.max_gpus
     remaining = dict(targets)
+    ledger = PoolLedger(problem)
     for k, cls in enumerate(problem.classes):  # keep each role up to its target count
         role = cls.current_role
         if role is not None and role in cls.eligible and remaining.get(role, 0) > 0:
-            keep = min(cls.size, remaining[role], gpus_left // cls.tp)
+            keep = min(cls.size, remaining[role], gpus_left // cls.tp, ledger.room(cls))
+            ledger.take(cls, keep)
             counts[k][ROLES.index(role)] += keep
             free[k] -= keep
             remaining[role] -= keep
@@ -65,7 +69,8 @@ def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
             if remaining.get(role, 0) <= 0:
                 break
             cls = problem.classes[k]
-            take = min(free[k], remaining[role], gpus_left // cls.tp)
+            take = min(free[k], remaining[role], gpus_left // cls.tp, ledger.room(cls))
+            ledger.take(cls, take)
             counts[k][ROLES.index(role)] += take
             free[k] -= take
             remaining[role] -= take

@@ -28,8 +28,16 @@ admitted, pausing admission once).
                Σ_k H_k·y_kD ≥ Q·m,   Σ_k H_k·y_kC ≥ Q·(1 − m)  (KV capacity)
                Σ_k π_k·y_kP ≥ λ·m,   Σ_k π_k·y_kC ≥ λ·(1 − m)  (prefill capacity)
                u ≥ Σ_{k new} Σ_r y_kr / U_new                  (admission pause)
+               Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps            (node blocks, for every pool p and size s)
                T ≥ c_j + s_j·E_r − M·[r inactive]               for every cut j of role r,
                with E_r = Σ_k κ_kr·y_kr
+
+Worker sizes (docs/formulation.md, "Worker sizes"): when the state allows several sizes, the classes carry a
+size index — a pool p of GPUs (zone × GPU type × node group × category) holds its surviving slots' classes and,
+per allowed size s, a class of up to ⌊a/s⌋ new workers formed by regrouping the pool's GPUs. B_ps = s·Σ_n ⌊a_n/s⌋
+(a_n: the pool's GPUs on node n); with sizes dividing one another these rows are exactly the condition for
+the workers to pack onto the nodes (largest first, each in an aligned block). Without sizes there are no pools
+and no such rows.
 
 Zone rules, mandatory returns and the hysteresis "keep" candidate are expressed through R_k and fixed
 bounds. The makespan cuts (c_j + s_j·E) are tangents of the convex f_r, valid everywhere, and — where every
@@ -95,6 +103,8 @@ def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]
     )
     # u ≥ Σ_{k new} Σ_r y_kr / U_new  (admission pause)
     admission = _admission_pause(model, problem, y)
+    # Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps  (node blocks)
+    _node_blocks(model, problem, y)
     columns = _Columns(y, m, t, admission)
     # T ≥ c_j + s_j·E_r − M·[r inactive]  for every cut j of role r
     for role, intercept, slope in cuts:
@@ -214,6 +224,19 @@ def _admission_pause(model: LinearModel, problem: ClassProblem, y: Mapping[tuple
     u_new = float(sum(c.size for c in problem.classes if c.pauses_admission))
     model.add_row({**new, admission: -u_new}, hi=0.0, name="admission_pause")
     return admission
+
+
+def _node_blocks(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> None:
+    """Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps for every pool p and block size s; no rows without pools."""
+    for pool in problem.pools:
+        for block, limit in sorted(pool.block_gpus.items()):
+            row = {
+                j: float(problem.classes[k].tp)
+                for (k, _), j in y.items()
+                if problem.classes[k].pool == pool.key and problem.classes[k].tp >= block
+            }
+            if row:
+                model.add_row(row, hi=float(limit), name=f"node_blocks[{pool.key},tp{block}]")
 
 
 def add_cut(

@@ -40,3 +40,11 @@ def test_metrics_without_prometheus_name_the_extra(monkeypatch: pytest.MonkeyPat
 
 def test_simulation_error_is_still_a_runtime_error() -> None:
     assert issubclass(errors.SimulationError, RuntimeError)
+
+
+def test_an_unknown_model_names_the_shipped_ones() -> None:
+    from pearl_sched.profiles.kernels import shipped_config
+
+    with pytest.raises(errors.UnknownModelError, match=r"no shipped config 'gpt-9'; known: llama-3\.1-8b, ") as caught:
+        shipped_config("gpt-9")
+    assert isinstance(caught.value, ValueError)  # callers that caught ValueError still do

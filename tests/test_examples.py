@@ -22,7 +22,7 @@ def test_example_requests_regenerate_identically(tmp_path: Path) -> None:
     runner = tmp_path / "make.py"
     runner.write_text(script)
     subprocess.run([sys.executable, str(runner)], cwd=ROOT, check=True, capture_output=True)
-    for name in ("initial.json", "running.json"):
+    for name in ("initial.json", "running.json", "mixed-sizes.json"):
         assert json.loads((tmp_path / name).read_text()) == json.loads((ROOT / "examples" / name).read_text())
 
 

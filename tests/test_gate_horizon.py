@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from pearl_sched import PolicyConfig, PolicyState, TransitionCosts, plan
 from pearl_sched.policies import (
+    borrow_end_cost_s,
     borrow_gate,
     borrow_value_s,
     expansion_can_pass,
@@ -24,6 +25,8 @@ from pearl_sched.policies import (
     expansion_gate,
     expansion_ready_s,
     expansion_value_s,
+    observe_toggle,
+    toggle_parts_s,
 )
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.experiment import fitted_hazard_per_s
@@ -99,10 +102,39 @@ def test_borrowing_counts_the_batches_inside_the_idle_window() -> None:
     long_window = borrow_gate(state=PolicyState(), costs=COSTS, config=RESIDENCE, idle_window_s=300.0, **args)
     assert long_window.allow
     value = borrow_value_s(costs=COSTS, config=RESIDENCE, idle_window_s=300.0, **args)
-    serving = 300.0 - COSTS.activation_s - COSTS.deactivation_s - RESIDENCE.drain_margin_s
+    serving = 300.0 - COSTS.activation_s  # from the end of activation to the end of the window
     assert value == pytest.approx(10.0 * serving / 30.0)
     # Without a window (or under PEARL's rule) only the batch in flight counts: (R/B)·gain = 10 s > 9.44 s.
     assert borrow_value_s(costs=COSTS, config=ONE_BATCH, idle_window_s=300.0, **args) == pytest.approx(10.0)
+    pearl = borrow_gate(state=PolicyState(), costs=COSTS, config=ONE_BATCH, idle_window_s=300.0, **args)
+    assert pearl.allow and pearl.reason == "borrow: gain 10.0 s > toggle cost 9.4 s"  # Eq. 7, PEARL-faithful's
+
+
+def test_a_loan_pays_its_toggle_once() -> None:
+    # Activation is time the lent GPUs do not serve, already out of W − A; charging T̂_toggle on top counted it
+    # twice. What is left is how the loan ends: the trainer waits D, or the GPUs leave D + m early.
+    rate = (78.28 - 62.67) / 62.67  # seconds saved per second served
+    args = {"makespan_dedicated_s": 78.28, "makespan_full_s": 62.67, "unfinished_fraction": 0.49}
+    cost = borrow_end_cost_s(state=PolicyState(), costs=COSTS, config=RESIDENCE, **_without_rho(args))
+    assert cost == pytest.approx(max(COSTS.deactivation_s, rate * (COSTS.deactivation_s + RESIDENCE.drain_margin_s)))
+    # Short-batch segment 1, step 1 (docs/policies.md): a 38.9 s window is worth 0.249 × 32.6 = 8.1 s > 3.2 s.
+    decision = borrow_gate(state=PolicyState(), costs=COSTS, config=RESIDENCE, idle_window_s=38.87, **args)
+    assert decision.allow and "return cost 3.2 s" in decision.reason
+    # When the saving per second is large, returning D + m early costs more than the trainer's wait.
+    fast = {"makespan_dedicated_s": 300.0, "makespan_full_s": 100.0}
+    assert borrow_end_cost_s(state=PolicyState(), costs=COSTS, config=RESIDENCE, **fast) == pytest.approx(
+        2.0 * (COSTS.deactivation_s + RESIDENCE.drain_margin_s)
+    )
+    # A measured toggle moves activation and deactivation in proportion.
+    slow = observe_toggle(PolicyState(), 2 * (COSTS.activation_s + COSTS.deactivation_s), RESIDENCE)
+    assert toggle_parts_s(slow, COSTS) == pytest.approx((2 * COSTS.activation_s, 2 * COSTS.deactivation_s))
+    assert borrow_value_s(costs=COSTS, config=RESIDENCE, idle_window_s=38.87, state=slow, **args) == pytest.approx(
+        rate * (38.87 - 2 * COSTS.activation_s)
+    )
+
+
+def _without_rho(args: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in args.items() if k != "unfinished_fraction"}
 
 
 @pytest.mark.parametrize("rho", [1.0, 0.6, 0.2])

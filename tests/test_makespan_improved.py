@@ -1,4 +1,5 @@
-"""The improved predictor: its limits coincide with PEARL's formulas, and θ is endogenous."""
+"""The improved predictor: its limits coincide with PEARL's formulas, θ is endogenous, and SGLang's memory,
+prefix cache, PD transfer and mixed steps move its predictions the way they move a real server's makespan."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pearl_sched import Mode, PoolCapacity
-from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
+from pearl_sched.makespan_improved import (
+    PEARL_LIMIT,
+    ImprovedMakespanModel,
+    ImprovedParams,
+    ModeObservation,
+    ServingParams,
+)
 
 from .builders import HAND, workload
 
@@ -29,6 +36,11 @@ def _limit(**overrides: float) -> object:
     return workload(**values)
 
 
+def _model(serving: ServingParams | None = None, **pearl: float) -> ImprovedMakespanModel:
+    params = HAND.params.model_copy(update=pearl)
+    return ImprovedMakespanModel(ImprovedParams(pearl=params, serving=serving or ServingParams()))
+
+
 def test_colocated_limit_equals_pearl() -> None:
     load = _limit()
     params = HAND.params.model_copy(update={"switch_overhead_s": 0.0})
@@ -41,8 +53,35 @@ def test_colocated_limit_equals_pearl() -> None:
 
 def test_disaggregated_limit_equals_pearl_at_zero_bubble() -> None:
     load = _limit()
+    limit = _model(PEARL_LIMIT)
     capacity = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=1, decode=3)
-    assert IMPROVED.predict(load, capacity).total_s == pytest.approx(HAND.predict(load, capacity).total_s, rel=1e-6)
+    assert limit.predict(load, capacity).total_s == pytest.approx(HAND.predict(load, capacity).total_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("per_worker_link", [False, True])
+def test_pearl_limit_reproduces_the_closed_form_with_memory_and_caching_switched_off(per_worker_link: bool) -> None:
+    """Infinite memory, a perfect cache and PEARL's PD (only ΔL prefilled and sent), with a real KV size and ΔL:
+    the pools' terms are PEARL's (θ = 0) and, without environment time, so is the disaggregated makespan (the
+    colocated one is checked without ΔL above: with it, a trajectory's own prefill is on its critical path)."""
+    load = _limit(appended_tokens_per_turn=150.0, kv_bytes_per_token=131072.0, mean_context_tokens=20000.0)
+    pearl_params = HAND.params.model_copy(
+        update={"switch_overhead_s": 0.0, "kv_bandwidth_per_prefill_worker": per_worker_link}
+    )
+    pearl = type(HAND)(pearl_params)
+    limit = ImprovedMakespanModel(ImprovedParams(pearl=pearl_params, serving=PEARL_LIMIT))
+    ours, theirs = limit.terms(load), pearl.terms(load)
+    for role in ("prefill", "decode", "colocated"):
+        assert getattr(ours, role).fixed_s == pytest.approx(getattr(theirs, role).fixed_s, rel=1e-6, abs=1e-9)
+        assert getattr(ours, role).work_s == pytest.approx(getattr(theirs, role).work_s, rel=1e-6)
+    for capacity in (
+        PoolCapacity(mode=Mode.DISAGGREGATED, prefill=1, decode=3),
+        PoolCapacity(mode=Mode.DISAGGREGATED, prefill=3, decode=5),
+    ):
+        assert limit.predict(load, capacity).total_s == pytest.approx(pearl.predict(load, capacity).total_s, rel=1e-6)
+    # The same batch with SGLang's memory: the pool (1e9 B / 131072 B = 7,629 tokens) holds no 20k context.
+    sglang = ImprovedMakespanModel(ImprovedParams(pearl=pearl_params))
+    capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
+    assert sglang.predict(load, capacity).total_s > 1.5 * pearl.predict(load, capacity).total_s
 
 
 def test_bubble_ratio_is_endogenous_faster_decode_spends_more_time_in_the_environment() -> None:
@@ -116,7 +155,181 @@ def test_slowest_trajectory_delay_limits() -> None:
 
 
 def test_environment_spread_lengthens_the_batch() -> None:
-    calm = workload(batch_size=64, unfinished=64, env_time_std_s=0.0)  # small batch: the critical path binds
-    noisy = workload(batch_size=64, unfinished=64, env_time_std_s=5.0)
+    # A small batch and no KV to send (the whole-context transfer would bind otherwise): the critical path binds.
+    calm = workload(batch_size=64, unfinished=64, env_time_std_s=0.0, kv_bytes_per_token=0.0)
+    noisy = workload(batch_size=64, unfinished=64, env_time_std_s=5.0, kv_bytes_per_token=0.0)
     capacity = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=6)
     assert IMPROVED.predict(noisy, capacity).total_s > IMPROVED.predict(calm, capacity).total_s
+
+
+# -- SGLang's memory, prefix cache and PD transfer ------------------------------------------------------------------
+def _agentic(**overrides: float) -> object:
+    """A batch whose contexts outgrow a small KV pool: 512 trajectories, 20 turns of 200 appended + 300 generated."""
+    values = dict(
+        batch_size=512,
+        unfinished=512,
+        turns=20,
+        appended_tokens_per_turn=200.0,
+        generated_tokens_per_turn=300.0,
+        env_time_per_turn_s=5.0,
+        mean_context_tokens=6000.0,
+        prompt_tokens=1000.0,
+        max_context_tokens=11000.0,
+        kv_bytes_per_token=1000.0,
+    )
+    values.update(overrides)
+    return workload(**values)
+
+
+def test_the_kv_pool_caps_how_many_decode_at_once_and_the_rest_queue() -> None:
+    load = _agentic()
+    capacity = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=4, decode=2)
+    roomy = _model(ServingParams(kv_pool_tokens=1e9)).cycle(load, capacity)
+    tight_model = _model(ServingParams(kv_pool_tokens=300_000.0))
+    tight = tight_model.cycle(load, capacity)
+    assert not roomy.kv_limited and tight.kv_limited
+    phases = tight_model._states(load, capacity, corrected=True)
+    for phase, state in zip(tight_model.phases(load), phases, strict=True):
+        footprint = phase.context + 300.0 / 2 + 512  # c + r/2 + SGLang's reserved decode tokens (PD)
+        assert state.decoding <= 2 * 300_000.0 / footprint * (1 + 1e-9)
+    assert tight.cycle_s > roomy.cycle_s
+    slow = tight_model.predict(load, capacity).total_s
+    assert slow > _model(ServingParams(kv_pool_tokens=1e9)).predict(load, capacity).total_s
+
+
+def test_a_prefix_cache_too_small_for_the_batch_makes_turns_prefill_their_context_again() -> None:
+    load = _agentic()
+    small = PoolCapacity(mode=Mode.COLOCATED, colocated=2)
+    large = PoolCapacity(mode=Mode.COLOCATED, colocated=16)
+    model = _model(ServingParams(kv_pool_tokens=800_000.0))
+    few, many = model.cycle(load, small), model.cycle(load, large)
+    assert few.prefill_hit < many.prefill_hit == pytest.approx(1.0)
+    assert few.prefill_tokens_per_turn > many.prefill_tokens_per_turn == pytest.approx(200.0)
+    # Per worker, more workers also means more cache per trajectory: the hit rate SGLang would report rises.
+    assert model.token_hit_rate(load, small) < model.token_hit_rate(load, large)
+
+
+def test_least_load_routing_finds_the_prefix_on_one_worker_in_n() -> None:
+    load = _agentic()
+    capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=8)
+    cache_aware = _model(ServingParams(kv_pool_tokens=1e9)).cycle(load, capacity)
+    least_load = _model(ServingParams(kv_pool_tokens=1e9, router="least_load")).cycle(load, capacity)
+    assert cache_aware.prefill_hit == pytest.approx(1.0)
+    assert least_load.prefill_hit == pytest.approx(1 / 8)
+
+
+def test_pd_prefill_recomputes_decode_tokens_and_sends_the_whole_context() -> None:
+    load = _agentic()
+    capacity = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=4)
+    model = _model(ServingParams(kv_pool_tokens=1e9))
+    later = 19 / 20  # of 20 turns, all but the first follow one (the first prompt is the first-turn burst)
+    for phase, state in zip(model.phases(load), model._states(load, capacity, corrected=True), strict=True):
+        assert state.prefill_hit == pytest.approx(1.0)  # the prefill worker holds every earlier prompt ...
+        assert state.prefill_tokens_per_turn == pytest.approx(200.0 + later * 300.0)  # ... never generated tokens
+        assert state.transfer_tokens_per_turn == pytest.approx(200.0 + later * phase.context)  # the whole context
+    with_cache = _model(ServingParams(kv_pool_tokens=1e9, decode_radix_cache=True)).cycle(load, capacity)
+    assert with_cache.transfer_tokens_per_turn == pytest.approx(200.0)  # only the appended tokens cross
+    pearl_pd = _model(PEARL_LIMIT).cycle(load, capacity)
+    assert pearl_pd.prefill_tokens_per_turn == pytest.approx(200.0)
+    assert pearl_pd.transfer_tokens_per_turn == pytest.approx(200.0)
+
+
+def test_mixed_chunks_cheaper_than_prefill_then_decode_shorten_colocated_iterations() -> None:
+    load = workload(batch_size=512, unfinished=512, appended_tokens_per_turn=3000.0, env_time_per_turn_s=1.0)
+    capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
+    sequential = _model(ServingParams(enable_mixed_chunk=True, mixed_step_factor=1.0)).cycle(load, capacity)
+    fused = _model(ServingParams(enable_mixed_chunk=True, mixed_step_factor=0.6)).cycle(load, capacity)
+    off = _model(ServingParams(mixed_step_factor=0.6)).cycle(load, capacity)  # the flag off: φ unused
+    assert fused.iteration_s < sequential.iteration_s
+    assert off.iteration_s == pytest.approx(sequential.iteration_s)
+
+
+def test_a_measured_hit_rate_corrects_the_structural_one_at_the_configuration_that_ran() -> None:
+    load = _agentic()
+    ran = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
+    structural = _model(ServingParams(kv_pool_tokens=800_000.0))
+    measured = 0.6 * structural.token_hit_rate(load, ran)
+    observation = ModeObservation(colocated_workers=4, cache_hit_rate=measured)
+    corrected = _model(ServingParams(kv_pool_tokens=800_000.0, colocated=observation))
+    # At the configuration that ran, the model now reports what the servers did (the fixed point moves with it,
+    # so equal to within the cycle's feedback).
+    assert corrected.token_hit_rate(load, ran) == pytest.approx(measured, rel=0.1)
+    assert corrected.predict(load, ran).total_s > structural.predict(load, ran).total_s
+    # The other mode keeps its structural estimate.
+    pd = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=2)
+    assert corrected.predict(load, pd).total_s == structural.predict(load, pd).total_s
+
+
+def test_measured_retractions_cost_a_colocated_pool_re_prefills() -> None:
+    load = _agentic()
+    capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
+    calm = _model(ServingParams(kv_pool_tokens=800_000.0))
+    observed = ModeObservation(colocated_workers=4, retractions_per_turn=0.3)
+    retracting = _model(ServingParams(kv_pool_tokens=800_000.0, colocated=observed))
+    assert retracting.cycle(load, capacity).prefill_tokens_per_turn > calm.cycle(load, capacity).prefill_tokens_per_turn
+    assert retracting.predict(load, capacity).total_s > calm.predict(load, capacity).total_s
+
+
+def test_the_milp_surrogate_follows_the_bounds_it_is_fitted_to() -> None:
+    """Within the grid, fixed + work/E stays within 25% of the memory-aware throughput bound it replaces."""
+    load = _agentic()
+    model = _model(ServingParams(kv_pool_tokens=800_000.0))
+    terms = model.terms(load)
+    for e in (2.0, 4.0, 8.0):
+        capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=e)
+        flows = model._quick_flows(load, capacity)
+        bound = (
+            model._prefill_bound_s(load, e, flows, Mode.COLOCATED)
+            + model._decode_bound_s(load, e, Mode.COLOCATED)
+            + load.turns * HAND.params.switch_overhead_s
+        )
+        assert terms.colocated.time_s(e) == pytest.approx(bound, rel=0.25)
+
+
+@given(
+    st.integers(1, 4096),
+    st.floats(1.0, 200.0),
+    st.floats(0.0, 5000.0),
+    st.floats(1.0, 5000.0),
+    st.floats(0.0, 60.0),
+    st.floats(0.0, 40000.0),
+    st.floats(0.0, 20000.0),
+    st.floats(1e3, 1e8),
+    st.integers(1, 16),
+    st.integers(0, 15),
+    st.sampled_from(["cache_aware", "least_load", "round_robin"]),
+)
+def test_predictions_are_finite_and_positive_for_any_batch(
+    batch: int,
+    turns: float,
+    appended: float,
+    generated: float,
+    env: float,
+    context: float,
+    prompt: float,
+    pool: float,
+    workers: int,
+    prefill: int,
+    router: str,
+) -> None:
+    load = workload(
+        batch_size=batch,
+        unfinished=batch,
+        turns=turns,
+        appended_tokens_per_turn=appended,
+        generated_tokens_per_turn=generated,
+        env_time_per_turn_s=env,
+        mean_context_tokens=context,
+        prompt_tokens=prompt,
+        kv_bytes_per_token=1000.0,
+    )
+    model = _model(ServingParams(kv_pool_tokens=pool, router=router))
+    capacity = (
+        PoolCapacity(mode=Mode.DISAGGREGATED, prefill=prefill, decode=workers)
+        if prefill
+        else PoolCapacity(mode=Mode.COLOCATED, colocated=workers)
+    )
+    total = model.predict(load, capacity).total_s
+    assert 0 < total < float("inf")
+    terms = model.terms(load)
+    assert all(getattr(terms, r).time_s(float(workers)) >= 0 for r in ("prefill", "decode", "colocated"))

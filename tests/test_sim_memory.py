@@ -177,6 +177,22 @@ def tight_batches(draw: st.DrawFn) -> tuple[Pool, list[TrajectorySpec]]:
         )
         for _ in range(draw(st.integers(1, 16)))
     ]
+    group_size = draw(st.sampled_from([1, 2, 4]))
+    if group_size > 1:  # GRPO groups: consecutive trajectories share the first prompt of the group's first
+        trajectories = [
+            TrajectorySpec(
+                (
+                    Turn(
+                        trajectories[i - i % group_size].turns[0].appended_tokens,
+                        t.turns[0].generated_tokens,
+                        t.turns[0].env_after_s,
+                    ),
+                    *t.turns[1:],
+                ),
+                group=i // group_size,
+            )
+            for i, t in enumerate(trajectories)
+        ]
     longest = max(sum(t.appended_tokens + t.generated_tokens for t in tr.turns) for tr in trajectories)
     capacity = float(longest + 4096 + draw(st.integers(0, 6000)))  # the longest fits alone, with its reserve
     common = {
@@ -282,3 +298,79 @@ def test_step_overhead_is_the_median_gap_between_measured_itl_and_the_kernel_sum
             batch = max(1, round(float(row["kv_usage_frac"]) * float(row["max_kv_tokens"]) / context))
             gaps.append(float(row["itl_ms"]) / 1000 - model.decode_s(batch, context))
     assert float(np.median(gaps)) == pytest.approx(STEP_OVERHEAD_S, abs=1e-5)
+
+
+def test_a_groups_shared_prompt_is_evicted_only_after_every_members_tail() -> None:
+    # Trajectories 0 and 1 are one GRPO group sharing a 40-token prompt (the radix tree's parent node).
+    mem = WorkerMemory(100, groups={0: (-1, 40.0), 1: (-1, 40.0)})
+    assert mem.share_prompt(0, 40) == 40  # 0's prefill computed the prompt: it enters the tree, locked by 0
+    mem.release(0, 60, 20)  # 0 ends with 60 tokens: its 20-token tail hangs under the prompt
+    assert (mem.cached(0), mem.cached(1)) == (60, 40)  # the sibling matches the whole prompt
+    assert mem.lock(1, 39) == 39  # 1's first turn matches all but its last prompt token
+    mem.release(1, 70, 31)  # 1 ends with 70 tokens (its private 31 = the recomputed last token + 30 generated)
+    assert mem.evictable_tokens == 20 + 30 + 40  # the prompt is held once, the tails apart
+    mem.private_tokens = 40  # 130 > 100: 0's tail (least recent) goes whole, then 10 of 1's tail
+    mem.settle(0)
+    assert (mem.cached(0), mem.cached(1)) == (40, 60)
+    mem.private_tokens = 90  # 150 > 100: 1's last 20 tail tokens, then the prompt (now a leaf) loses 30
+    mem.settle(0)
+    assert (mem.cached(0), mem.cached(1)) == (10, 10) and mem.evicted_tokens == 30 + 50
+
+
+def _group(members: int) -> list[TrajectorySpec]:
+    return [TrajectorySpec((Turn(100, 10, 0.0),), group=0) for _ in range(members)]
+
+
+def test_a_sibling_prefilled_after_the_first_hits_the_groups_prompt() -> None:
+    # Colocated, one worker: member 0's prefill (100 tokens, 0.1 s) puts the prompt in the cache; member 1 waits
+    # for that step (FCFS, one batch at a time), then matches 99 tokens and computes 1 (1 ms). Both then decode
+    # 10 iterations of 10 ms: 0.101 + 0.1 s.
+    pool = Pool(Mode.COLOCATED, FLAT, colocated_workers=1)
+    shared = simulate_batch(pool, _group(2))
+    assert (shared.prefill_tokens, shared.cache_hit_tokens) == (101, 99)
+    assert shared.makespan_s == pytest.approx(0.201)
+    # The same two trajectories outside a group share nothing: 2 × 100 tokens, 0.2 s of prefill.
+    apart = simulate_batch(pool, [TrajectorySpec((Turn(100, 10, 0.0),))] * 2)
+    assert (apart.prefill_tokens, apart.cache_hit_tokens) == (200, 0)
+    assert apart.makespan_s == pytest.approx(0.3)
+
+
+def test_the_router_decides_whether_siblings_meet_their_prompt() -> None:
+    # Two colocated workers, three siblings arriving together. Cache-aware sends all three to the worker the first
+    # went to (its load 2 is not over mean + 4): the two later ones hit 99 tokens each. Least-load and round-robin
+    # spread them, so the second lands on the other worker and computes the whole prompt.
+    def run(router: str) -> tuple[int, float]:
+        result = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, router=router), _group(3))
+        return result.prefill_tokens, result.cache_hit_tokens
+
+    assert run("cache_aware") == (100 + 1 + 1, 2 * 99)
+    assert run("least_load") == (100 + 100 + 1, 99)
+    assert run("round_robin") == (100 + 100 + 1, 99)
+
+
+def test_pd_prefill_worker_caches_the_groups_prompt_and_still_ships_the_whole_context() -> None:
+    # The prefill worker computes 100 + 1 tokens; the decode worker has no radix cache, so both prompts' KV
+    # (2 × 100 tokens × 1,000 bytes) crosses the 1 MB/s link, one after the other: 0.1 → 0.2 and 0.2 → 0.3 s.
+    result = simulate_batch(_pd(), _group(2))
+    assert (result.prefill_tokens, result.cache_hit_tokens) == (101, 99)
+    assert result.transferred_bytes == pytest.approx(200 * 1000)
+    assert result.makespan_s == pytest.approx(0.3 + 10 * 0.01)
+
+
+def test_a_group_must_share_its_first_prompt() -> None:
+    odd = [TrajectorySpec((Turn(100, 10, 0.0),), group=3), TrajectorySpec((Turn(90, 10, 0.0),), group=3)]
+    with pytest.raises(ValueError, match="group 3"):
+        simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=1), odd)
+
+
+def test_pd_decode_preallocates_before_the_prefill_runs() -> None:
+    # 1P1D, pools of 1,000 tokens. The decode worker preallocates a 100-token prompt plus 512 reserved decode
+    # tokens before the prefill may start (DecodePreallocQueue). The second request needs 612 more, but only
+    # 1,000 − 100 − 512 is left while the first is preallocated or running, so its prefill waits for the first to
+    # finish: prefill 0–0.1, transfer 0.1–0.2, decode 0.2–0.3; then the same again, 0.3–0.6.
+    one = TrajectorySpec((Turn(100, 10, 0.0),))
+    tight = simulate_batch(_pd(kv_capacity_tokens=1000), [one, one])
+    assert tight.finish_times_s == pytest.approx((0.3, 0.6))
+    # With room for both, the second prefill runs at once and only the link (FCFS) and the batch order it.
+    roomy = simulate_batch(_pd(), [one, one])
+    assert roomy.finish_times_s == pytest.approx((0.3, 0.4))

@@ -75,9 +75,9 @@ def test_kv_capacity_makes_trajectories_wait_but_all_finish() -> None:
     fast, slow = simulate_batch(roomy, batch), simulate_batch(tight, batch)
     assert slow.finished == fast.finished == 8
     assert slow.makespan_s > fast.makespan_s
-    # Every worker now has the pool (SGLang's prefill servers too), so the 400-token prompt fails on the
-    # prefill side first.
-    with pytest.raises(ValueError, match="more than a prefill worker holds"):
+    # Every worker has the pool; the decode worker preallocates the 400-token prompt (+ 512 reserved) before the
+    # prefill runs (DecodePreallocQueue), so the refusal comes from the decode side first.
+    with pytest.raises(ValueError, match="more than a decode worker holds"):
         simulate_batch(
             Pool(Mode.DISAGGREGATED, FLAT, prefill_workers=1, decode_workers=1, kv_capacity_tokens=100), batch
         )

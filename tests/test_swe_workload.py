@@ -122,3 +122,20 @@ def test_default_step_time_source_is_unchanged(tmp_path: Path) -> None:
     path.write_text(json.dumps(bad))
     with pytest.raises(ScenarioError, match=r"bad\.json: step_times"):
         load_scenario(path)
+
+
+def test_a_grpo_group_shares_its_first_prompt_and_draws_its_own_turns(tmp_path: Path) -> None:
+    folder = _write(
+        tmp_path,
+        [_row("a", 0, 100, 10, 100, "0.5"), _row("a", 1, 150, 20, 40, ""), _row("b", 0, 300, 7, 300, "")],
+    )
+    turns = CodingAgentTurns.load(folder, "swe-deepseek")
+    batch = turns.sample(8, env_mean_s=1.0, env_std_s=0.0, max_length=10_000, seed=3, group_size=4)
+    alone = turns.sample(8, env_mean_s=1.0, env_std_s=0.0, max_length=10_000, seed=3)
+    assert [t.group for t in batch] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert len({t.turns[0].appended_tokens for t in alone}) == 2  # the draws mix both tasks
+    for k, (grouped, own) in enumerate(zip(batch, alone, strict=True)):
+        # the group's first draw sets the prompt; every later turn is the member's own draw
+        assert grouped.turns[0].appended_tokens == alone[k - k % 4].turns[0].appended_tokens
+        assert grouped.turns[1:] == own.turns[1:]
+        assert grouped.turns[0].generated_tokens == own.turns[0].generated_tokens

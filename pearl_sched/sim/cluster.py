@@ -40,9 +40,10 @@ from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import ImprovedMakespanModel
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ServingParams
 from pearl_sched.predictors import make_predictor
-from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, refit
+from pearl_sched.profiles import telemetry as series
+from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, observe_serving, refit, refit_serving
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
 from pearl_sched.sim.setting import Setting
@@ -70,16 +71,20 @@ class _Slot:
 class ObservedStepTimes:
     """The world's step times as the workers report them: each prefill batch and decode iteration is recorded.
 
-    Only sufficient statistics are kept (PEARL's linear forms are least-squares fits), so a copy is cheap.
+    Only sufficient statistics are kept (PEARL's linear forms are least-squares fits), so a copy is cheap. A worker
+    measures a step from launch to result, so the recorded seconds include the per-step framework overhead the
+    simulated workers add (``overhead_s``); the seconds returned to the simulator do not (it adds the overhead itself).
     """
 
-    def __init__(self, world: StepTimes) -> None:
+    def __init__(self, world: StepTimes, overhead_s: float = 0.0) -> None:
         """Record the step times ``world`` produces, starting with no samples.
 
         Args:
             world: The step times the simulated workers actually run at.
+            overhead_s: Framework seconds the workers add to every step (recorded, not returned).
         """
         self.world = world
+        self.overhead_s = overhead_s
         self.reset()
 
     def reset(self) -> None:
@@ -91,18 +96,19 @@ class ObservedStepTimes:
     def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
         """The world's prefill time, recorded."""
         seconds = self.world.prefill_s(new_tokens, sequences, cached_tokens)
-        self.prefill_nt += new_tokens * seconds
+        self.prefill_nt += new_tokens * (seconds + self.overhead_s)
         self.prefill_nn += new_tokens * new_tokens
         return seconds
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
         """The world's decode-iteration time, recorded."""
         seconds = self.world.decode_s(batch, context_tokens)
+        measured = seconds + self.overhead_s
         self.decode_k += 1
         self.decode_b += batch
         self.decode_bb += batch * batch
-        self.decode_t += seconds
-        self.decode_bt += batch * seconds
+        self.decode_t += measured
+        self.decode_bt += batch * measured
         return seconds
 
     def mixed_s(
@@ -250,9 +256,14 @@ class SimCluster:
         self.step = 0  # the step whose batch runs, or is about to launch at a step boundary
         self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
         self.telemetry_rejections: list[str] = []
-        self.observed = ObservedStepTimes(setting.steps)
+        self.observed = ObservedStepTimes(setting.steps, setting.step_overhead_s)
         self.pearl_params: PearlParams | None = None  # refitted from observed steps; None: the planners' prior
         self.refits = 0
+        self.serving_params: ServingParams | None = None  # the improved predictor's, refitted from the SGLang series
+        # /metrics counters summed over every worker so far (a fresh server reports zero)
+        self.sglang_totals = {series.PROMPT_TOKENS: 0.0, series.CACHED_TOKENS: 0.0, series.RETRACTED: 0.0}
+        self.batch_counts: dict[str, int] = {}
+        self.batch_metrics_start: dict[str, float] = {}
 
     # -- ClusterAdapter -------------------------------------------------------------------------------------
     def observe(self) -> ClusterState:
@@ -345,6 +356,7 @@ class SimCluster:
     def telemetry(self) -> Mapping[str, float]:
         """The last finished batch: ``makespan_s``, ``bubble_ratio``, ``generated_tokens``, ``finished``.
 
+        With them, the SGLang ``/metrics`` series the workers would report, summed over them (:meth:`sglang_metrics`).
         Empty before the first batch ends.
         """
         result = self.last_result
@@ -355,7 +367,24 @@ class SimCluster:
             "bubble_ratio": self.bubble_ratio,
             "generated_tokens": float(result.generated_tokens),
             "finished": float(result.finished),
+            **self.sglang_metrics(),
         }
+
+    def sglang_metrics(self) -> dict[str, float]:
+        """The workers' ``/metrics`` series under SGLang's names, summed over the workers of the last batch.
+
+        Counters (prompt and cached tokens of the prefill side, retracted requests) accumulate over the segment as a
+        server's do; the gauges are the batch's workers' KV pools (``sglang:max_total_num_tokens``) and, in PD, the
+        P→D links' speed (``sglang:kv_transfer_speed_gb_s``).
+        """
+        out = dict(self.sglang_totals)
+        if self.batch_counts:
+            workers = sum(self.batch_counts.values())
+            out[series.MAX_TOTAL_NUM_TOKENS] = float(self.setting.kv_pool_tokens) * workers
+            if "prefill" in self.batch_counts:
+                speed = self.setting.link_bytes_per_s / 1e9 * self.batch_counts["prefill"]
+                out[series.KV_TRANSFER_SPEED] = speed
+        return out
 
     def workload(self, unfinished: int | None = None) -> Workload:
         """What the planners know of the batch: the telemetry refit once a batch has finished, else the prior.
@@ -396,6 +425,37 @@ class SimCluster:
             self.telemetry_rejections.append(f"step {step}: {fitted.reason}")
         self.trajectory_stats = fitted.stats
         self._refit_device()
+        self._refit_serving(result, turns=len(rows["turn"]))
+
+    def _refit_serving(self, result: BatchResult, *, turns: int) -> None:
+        """Refit the improved predictor's serving parameters from the batch's SGLang series (``/metrics``)."""
+        before = self.batch_metrics_start
+        totals = self.sglang_totals
+        prompts = result.prefill_tokens + result.cache_hit_tokens
+        for name, value in (
+            (series.PROMPT_TOKENS, prompts),
+            (series.CACHED_TOKENS, result.cache_hit_tokens),
+            (series.RETRACTED, float(result.retractions)),
+        ):
+            totals[name] = totals.get(name, 0.0) + float(value)
+        after = self.sglang_metrics()
+        counts = self.batch_counts
+        observation = observe_serving(
+            before,
+            after,
+            turns=turns,
+            prefill_workers=counts.get("prefill", 0),
+            decode_workers=counts.get("decode", 0),
+            colocated_workers=counts.get("colocated", 0),
+        )
+        self.serving_params = refit_serving(
+            self.serving_params or self.setting.serving_params(),
+            self.batch_mode,
+            observation,
+            after,
+            workers=sum(counts.values()),
+            alpha=TELEMETRY_ALPHA,
+        )
 
     def _refit_device(self) -> None:
         """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first)."""
@@ -500,6 +560,8 @@ class SimCluster:
             raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
         pool = dataclasses.replace(self.setting.pool(mode, **counts), step_times=self.observed)
         self.observed.reset()
+        self.batch_counts = dict(counts)
+        self.batch_metrics_start = self.sglang_metrics()
         self.step = step
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
         self.batch_mode = mode
@@ -613,12 +675,18 @@ class SimCluster:
         return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
 
 
-def _refresh_model(decider: Decider, params: PearlParams) -> None:
-    """A planner's makespan model on the parameters refitted from telemetry (other deciders have none)."""
+def _refresh_model(decider: Decider, params: PearlParams | None, serving: ServingParams | None = None) -> None:
+    """A planner's makespan model on the parameters refitted from telemetry (other deciders have none).
+
+    ``None`` keeps the model's own: PEARL's device parameters until the step times could be refitted, the improved
+    predictor's serving parameters until a batch has reported the SGLang series.
+    """
     model = getattr(decider, "model", None)
-    if isinstance(model, ImprovedMakespanModel) and model.params.pearl is not params:
-        decider.model = make_predictor("improved", params)  # type: ignore[attr-defined]
-    elif isinstance(model, PearlMakespanModel) and model.params is not params:
+    if isinstance(model, ImprovedMakespanModel):
+        pearl = params or model.params.pearl
+        if model.params.pearl is not pearl or (serving is not None and model.params.serving is not serving):
+            decider.model = make_predictor("improved", pearl, serving or model.params.serving)  # type: ignore[attr-defined]
+    elif isinstance(model, PearlMakespanModel) and params is not None and model.params is not params:
         decider.model = make_predictor("pearl", params)  # type: ignore[attr-defined]
 
 
@@ -731,8 +799,7 @@ class _Segment:
         cluster.now = t
         cluster.step = step
         cluster.trainer_idle_at = self.train_end_s
-        if cluster.pearl_params is not None:
-            _refresh_model(self.loop.decider, cluster.pearl_params)
+        _refresh_model(self.loop.decider, cluster.pearl_params, cluster.serving_params)
         record = self.loop.handle(Event(EventKind.STEP_BOUNDARY, t, f"step {step}"))
         self.transitions += record.changed
         if not any(slot.role is not None for slot in cluster.slots):

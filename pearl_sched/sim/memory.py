@@ -8,8 +8,15 @@ pool: a finished request's whole sequence is inserted (``cache_finished_req``), 
 prefix it matched (``inc_lock_ref``), and when an allocation finds no free token the unlocked leaves are
 evicted least recently used first (``evict``), so a prefix is lost from its tail.
 
-Here a trajectory's prefix on a worker is one entry (trajectories share no tokens: the group's common first
-prompt is not modelled), evicted from its tail as the radix tree's leaves are. The pool's tokens are::
+Here a trajectory's prefix on a worker is one entry, evicted from its tail as the radix tree's leaves are.
+Trajectories of one GRPO group share their first prompt (``groups``): that prompt is one more entry, the parent
+node of its members' entries, which then hold only what follows it. A request that matches into the group's
+prompt locks it as a whole (``inc_lock_ref`` locks the path), and the prompt moves to the most recent end of the
+LRU whenever a member is released, so it is evicted only after every member's tail on that worker (a radix
+node becomes a leaf only when its children are gone). The prompt enters the cache when a member's prefill
+computes it (:meth:`WorkerMemory.share_prompt`, ``cache_unfinished_req``), so later siblings routed to the same
+worker hit it; siblings prefilled in the same batch each compute it (FCFS: no in-batch deduplication). The
+pool's tokens are::
 
     used = locked prefixes + evictable prefixes (the LRU) + private tokens of running requests
 
@@ -124,6 +131,9 @@ class WorkerMemory:
     private_tokens: float = 0.0  # prefilled chunks and queued KV outside the decode batch
     peak_tokens: float = 0.0
     evicted_tokens: float = 0.0
+    groups: dict[int, tuple[int, float]] = field(default_factory=dict)  # trajectory → (group key < 0, prompt)
+    refs: dict[int, int] = field(default_factory=dict)  # group key → requests locking the group's prompt
+    holding: set[int] = field(default_factory=set)  # trajectories whose running request locks its group's prompt
 
     def used(self, decode_tokens: float) -> float:
         """Tokens in use, the evictable cache included."""
@@ -157,12 +167,38 @@ class WorkerMemory:
                 self.lru[index] = tokens - cut
         self.peak_tokens = max(self.peak_tokens, self.used(decode_tokens))
 
+    def _head(self, key: int) -> float:
+        """Tokens of a group's shared prompt this worker holds (locked or evictable)."""
+        return self.locked.get(key, 0.0) + self.lru.get(key, 0.0)
+
     def cached(self, index: int) -> float:
         """Tokens of the trajectory's prefix this worker still holds."""
-        return self.locked.get(index, 0.0) + self.lru.get(index, 0.0)
+        own = self.locked.get(index, 0.0) + self.lru.get(index, 0.0)
+        group = self.groups.get(index)
+        if group is None:
+            return own
+        head = self._head(group[0])
+        return head + own if head >= group[1] - 1e-6 else head
 
-    def lock(self, index: int, tokens: float) -> float:
-        """A request matches the trajectory's prefix (at most ``tokens``) and locks it; the matched tokens."""
+    def matched(self, index: int) -> float:
+        """Tokens the trajectory's running request has locked (its group's prompt included)."""
+        group = self.groups.get(index)
+        head = self._head(group[0]) if group is not None and index in self.holding else 0.0
+        return head + self.locked.get(index, 0.0)
+
+    def evictable_in(self, index: int, tokens: float) -> float:
+        """Tokens that locking a match of ``tokens`` would take out of the evictable cache."""
+        group = self.groups.get(index)
+        if group is None:
+            return min(self.lru.get(index, 0.0), tokens)
+        key, shared = group
+        head = self._head(key)
+        if head <= 0 or tokens <= 0:
+            return 0.0
+        rest = tokens - min(tokens, head) if head >= shared - 1e-6 else 0.0
+        return self.lru.get(key, 0.0) + min(self.lru.get(index, 0.0), rest)
+
+    def _lock_own(self, index: int, tokens: float) -> float:
         held = self.lru.pop(index, 0.0)
         self.evictable_tokens -= held
         match = tokens if held >= tokens - 1e-6 else held  # whole tokens: a rounding shortfall is no miss
@@ -173,23 +209,110 @@ class WorkerMemory:
         self.locked_tokens += match
         return match
 
+    def _ref(self, index: int, key: int) -> None:
+        """The trajectory's request locks its group's prompt (the whole node)."""
+        if index in self.holding:
+            return
+        self.holding.add(index)
+        self.refs[key] = self.refs.get(key, 0) + 1
+        if self.refs[key] == 1:
+            head = self.lru.pop(key, 0.0)
+            self.evictable_tokens -= head
+            self.locked[key] = self.locked.get(key, 0.0) + head
+            self.locked_tokens += head
+
+    def _unref(self, index: int, key: int) -> None:
+        if index not in self.holding:
+            return
+        self.holding.discard(index)
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            head = self.locked.pop(key, 0.0)
+            self.locked_tokens -= head
+            if head > 0:
+                self.lru[key] = head
+                self.evictable_tokens += head
+
+    def lock(self, index: int, tokens: float) -> float:
+        """A request matches the trajectory's prefix (at most ``tokens``) and locks it; the matched tokens."""
+        group = self.groups.get(index)
+        if group is None:
+            return self._lock_own(index, tokens)
+        key, shared = group
+        head = self._head(key)
+        if head <= 0 or tokens <= 0:
+            return 0.0
+        self._ref(index, key)
+        part = tokens if head >= tokens - 1e-6 else head
+        own = self._lock_own(index, tokens - part) if head >= shared - 1e-6 and tokens > part else 0.0
+        return part + own
+
+    def share_prompt(self, index: int, prompt_tokens: float) -> float:
+        """A member's prefill computed its group's prompt: it enters the cache, locked by the request.
+
+        ``cache_unfinished_req`` inserts the computed prompt into the radix tree. Returns the tokens that moved
+        from the request's private KV into the group's entry (the caller stops counting them as private).
+        """
+        group = self.groups.get(index)
+        if group is None or not self.radix_cache:
+            return 0.0
+        key, shared = group
+        head = self._head(key)
+        if prompt_tokens < shared or head >= shared - 1e-6:
+            return 0.0
+        if head > 0 and index not in self.holding:  # another copy was in the tree meanwhile: keep the request's
+            return 0.0
+        self._ref(index, key)
+        grow = shared - head
+        self.locked[key] = self.locked.get(key, 0.0) + grow
+        self.locked_tokens += grow
+        return grow
+
     def release(self, index: int, keep_tokens: float, private_tokens: float) -> None:
         """A request ends: ``keep_tokens`` of its sequence go into the cache (most recent), the rest is freed.
 
         ``private_tokens`` is what the request held beyond its locked prefix (the caller stops counting it).
         """
+        group = self.groups.get(index)
         locked = self.locked.pop(index, 0.0)
         self.locked_tokens -= locked
         old = self.lru.pop(index, 0.0)
         self.evictable_tokens -= old
-        if not self.radix_cache:
+        if group is None:
+            if not self.radix_cache:
+                return
+            keep = min(keep_tokens, locked + private_tokens + old)
+            if keep > 0:
+                self.lru[index] = keep
+                self.evictable_tokens += keep
             return
-        keep = min(keep_tokens, locked + private_tokens + old)
-        if keep > 0:
-            self.lru[index] = keep
-            self.evictable_tokens += keep
+        key, shared = group
+        head = self._head(key)
+        holds = index in self.holding
+        if not self.radix_cache:
+            self._unref(index, key)
+            return
+        keep = min(keep_tokens, (head if holds else 0.0) + locked + private_tokens + old)
+        grow = min(keep, shared) - head
+        if grow > 1e-9:  # the request's own copy of the prompt fills what the tree lost
+            if key in self.locked:
+                self.locked[key] += grow
+                self.locked_tokens += grow
+            else:
+                self.lru[key] = self.lru.pop(key, 0.0) + grow
+                self.evictable_tokens += grow
+        if keep > shared:
+            self.lru[index] = keep - shared
+            self.evictable_tokens += keep - shared
+        self._unref(index, key)
+        if key in self.lru:  # a radix node is touched with its child: evicted only after every member's tail
+            self.lru.move_to_end(key)
 
     def drop(self, index: int) -> None:
         """Forget the trajectory's prefix (the worker left)."""
         self.locked_tokens -= self.locked.pop(index, 0.0)
         self.evictable_tokens -= self.lru.pop(index, 0.0)
+        group = self.groups.get(index)
+        if group is not None:
+            self._unref(index, group[0])

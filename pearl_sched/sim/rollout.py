@@ -70,9 +70,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class TrajectorySpec:
-    """A trajectory's turns, fixed in advance so policies are compared on identical work."""
+    """A trajectory's turns, fixed in advance so policies are compared on identical work.
+
+    ``group`` is the GRPO group the trajectory samples (``-1``: none): a group's members share their first
+    prompt, which a worker's radix cache holds once for all of them.
+    """
 
     turns: tuple[Turn, ...]
+    group: int = -1
 
     @property
     def generated_tokens(self) -> int:
@@ -196,7 +201,7 @@ class PoolChange:
     remove_colocated: tuple[int, ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Trajectory:
     spec: TrajectorySpec
     index: int
@@ -209,7 +214,7 @@ class _Trajectory:
     decode_cached: float = 0.0  # PD: tokens of the prompt the decode worker's radix cache held
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     """A prefill request: the whole prompt must be in the worker's KV; ``cached`` of it was a cache hit."""
 
@@ -224,7 +229,7 @@ class _Job:
         return max(0, self.prompt_tokens - int(self.cached) - self.done)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Charge:
     tokens: int  # to generate this turn (what is left of it)
     start: float  # the decoder's clock when the sequence joined
@@ -233,7 +238,7 @@ class _Charge:
     max_new: int  # the request's max_new_tokens
 
 
-@dataclass
+@dataclass(slots=True)
 class _Decoder:
     """A worker's decode side with its virtual iteration clock and its KV pool."""
 
@@ -257,7 +262,9 @@ class _Decoder:
     unclipped: set[int] = field(default_factory=set)  # sequences whose admission reserve is not always the clip
     waiting: deque[tuple[int, float]] = field(default_factory=deque)  # PD: (trajectory, private KV) sent here
     retracted: deque[int] = field(default_factory=deque)  # PD: offloaded to host, resumed first
-    incoming: int = 0  # PD: transfers on their way here
+    incoming: int = 0  # PD: transfers on their way here without a preallocation (the target worker left)
+    prealloc: deque[tuple[_Job, int]] = field(default_factory=deque)  # PD: (request, its prefill worker) to place
+    reserved: dict[int, float] = field(default_factory=dict)  # PD: KV preallocated for requests not yet arrived
     ratio0: float = INIT_NEW_TOKEN_RATIO
     ratio_clock: float = 0.0
     init_ratio: float = INIT_NEW_TOKEN_RATIO
@@ -305,7 +312,7 @@ class _Decoder:
         return c
 
 
-@dataclass
+@dataclass(slots=True)
 class _Prefiller:
     memory: WorkerMemory
     queue: deque[_Job] = field(default_factory=deque)
@@ -338,14 +345,15 @@ class RolloutSimulation:
         self.colocated = pool.mode is Mode.COLOCATED
         self.now = 0.0
         self.trajectories = [_Trajectory(spec, i) for i, spec in enumerate(trajectories)]
+        self.groups = _shared_prompts(trajectories)
         self.prefillers: list[_Prefiller] = []
         self.decoders: list[_Decoder] = []
         self._add_workers(
             pool.colocated_workers if self.colocated else pool.prefill_workers,
             pool.colocated_workers if self.colocated else pool.decode_workers,
         )
-        self.prefill_router = Router(pool.router)
-        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load")
+        self.prefill_router = Router(pool.router, groups=self.groups)
+        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load", groups=self.groups)
         self.events: list[tuple[float, int, _Kind, int, int]] = []
         self._seq = itertools.count()
         self.finish_times: list[float] = []
@@ -365,13 +373,13 @@ class RolloutSimulation:
     def _add_workers(self, prefill: int, decode: int) -> None:
         pool = self.pool
         for _ in range(prefill):
-            memory = WorkerMemory(pool.kv_capacity_tokens)
+            memory = WorkerMemory(pool.kv_capacity_tokens, groups=self.groups)
             self.prefillers.append(_Prefiller(memory))
         for i in range(decode):
             memory = (
                 self.prefillers[len(self.prefillers) - decode + i].memory
                 if self.colocated
-                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache)
+                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache, groups=self.groups)
             )
             ratio = min(INIT_NEW_TOKEN_RATIO * pool.schedule_conservativeness, 1.0)
             self.decoders.append(
@@ -406,19 +414,26 @@ class RolloutSimulation:
             self._started = True
             for t in self.trajectories:
                 self._enqueue_prefill(t.index)
-        while self.events and self.events[0][0] <= t_s:
-            at, _, kind, who, version = heapq.heappop(self.events)
+        events, pop = self.events, heapq.heappop
+        prefill_done, transfer_done, decode_done, pool_change = (
+            _Kind.PREFILL_DONE,
+            _Kind.TRANSFER_DONE,
+            _Kind.DECODE_DONE,
+            _Kind.POOL_CHANGE,
+        )
+        while events and events[0][0] <= t_s:
+            at, _, kind, who, version = pop(events)
             self.now = at
             self.handled += 1
-            if kind is _Kind.PREFILL_DONE:
-                if version == self.prefillers[who].version:
-                    self._prefill_done(who)
-            elif kind is _Kind.TRANSFER_DONE:
-                self._transfer_done(who)
-            elif kind is _Kind.DECODE_DONE:
+            if kind is decode_done:
                 if version == self.decoders[who].version:
                     self._decode_event(who)
-            elif kind is _Kind.POOL_CHANGE:
+            elif kind is prefill_done:
+                if version == self.prefillers[who].version:
+                    self._prefill_done(who)
+            elif kind is transfer_done:
+                self._transfer_done(who)
+            elif kind is pool_change:
                 self._change(self.changes[who])
             else:
                 self._enqueue_prefill(who)
@@ -482,15 +497,33 @@ class RolloutSimulation:
             return len(d.active) + len(p.queue) + (len(p.running) if p.running else 0)
         return p.in_flight
 
+    def _loads(self) -> list[tuple[int, int]]:
+        """(worker, routing load) of every live prefill-side worker (:meth:`_load`, in one pass)."""
+        if self.colocated:
+            return [
+                (w, len(d.active) + len(p.queue) + (len(p.running) if p.running else 0))
+                for w, (p, d) in enumerate(zip(self.prefillers, self.decoders, strict=True))
+                if p.alive
+            ]
+        return [(w, p.in_flight) for w, p in enumerate(self.prefillers) if p.alive]
+
     def _queue_job(self, job: _Job) -> None:
-        alive = [w for w, p in enumerate(self.prefillers) if p.alive]
-        if not alive:  # every prefill worker left: wait for one to join
+        loads = self._loads()
+        if not loads:  # every prefill worker left: wait for one to join
             self.parked.append(job)
             return
-        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive])
+        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, loads)
         p = self.prefillers[worker]
-        p.queue.append(job)
         p.in_flight += 1
+        decoders = [w for w, d in enumerate(self.decoders) if d.alive] if not self.colocated else []
+        if decoders:  # PD: the gateway picks the decode worker too, which preallocates KV before the prefill runs
+            target = self.decode_router.route(
+                job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in decoders]
+            )
+            self.decoders[target].prealloc.append((job, worker))
+            self._admit(target)
+            return
+        p.queue.append(job)
         self._start_prefill(worker)
 
     def _max_new(self, prompt_tokens: int) -> int:
@@ -528,7 +561,7 @@ class RolloutSimulation:
                 match = min(math.floor(mem.cached(job.index) + 1e-9), job.prompt_tokens - 1)  # whole tokens
                 extend = job.prompt_tokens - match
                 reserve = float(min(self._max_new(job.prompt_tokens), CLIP_MAX_NEW_TOKENS) if d is not None else 0)
-                reserve += min(mem.lru.get(job.index, 0.0), match)  # locking the prefix takes it out of evictable
+                reserve += mem.evictable_in(job.index, match)  # locking the prefix takes it out of evictable
                 if extend + reserve >= headroom:  # PrefillAdder: NO_TOKEN (re-checked after the lock), the queue waits
                     if not batch and not self._holds_work(worker):
                         raise ValueError(
@@ -621,6 +654,7 @@ class RolloutSimulation:
                 p.in_flight -= 1
             extend = job.prompt_tokens - job.cached
             p.memory.private_tokens -= extend
+            extend -= p.memory.share_prompt(job.index, job.prompt_tokens)  # a group's prompt enters the cache
             if d is not None:
                 self._place(job.index, worker, extend)
             else:
@@ -635,7 +669,7 @@ class RolloutSimulation:
     # -- PD transfer ----------------------------------------------------------------------------------------
     def _decode_load(self, w: int) -> int:
         d = self.decoders[w]
-        return len(d.active) + len(d.waiting) + len(d.retracted) + d.incoming
+        return len(d.active) + len(d.waiting) + len(d.retracted) + d.incoming + len(d.prealloc) + len(d.reserved)
 
     def _send(self, job: _Job, worker: int, extend: float) -> None:
         """Route the prefilled prompt to a decode worker and send the KV it does not hold over the link."""
@@ -643,6 +677,13 @@ class RolloutSimulation:
         t = self.trajectories[job.index]
         p.memory.private_tokens += extend  # held (with the locked prefix) until the KV is sent
         t.prefill_worker, t.prefill_private = worker, extend
+        if t.decode_worker >= 0 and job.index in self.decoders[t.decode_worker].reserved:  # its KV has a place
+            size = (job.prompt_tokens - t.decode_cached) * self.pool.kv_bytes_per_token
+            self.transferred_bytes += size
+            start = max(self.now, p.link_free_at)
+            p.link_free_at = start + (size / self.pool.link_bytes_per_s if size else 0.0)
+            self._push(p.link_free_at, _Kind.TRANSFER_DONE, job.index)
+            return
         alive = [w for w, d in enumerate(self.decoders) if d.alive]
         target = (
             self.decode_router.route(job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in alive])
@@ -675,6 +716,11 @@ class RolloutSimulation:
             self._start_prefill(t.prefill_worker)
         private = t.context - t.decode_cached
         target = t.decode_worker
+        if target >= 0 and index in self.decoders[target].reserved:  # the preallocated KV becomes the request's
+            d = self.decoders[target]
+            d.memory.private_tokens -= d.reserved.pop(index)
+            self._place(index, target, private)
+            return
         if target < 0 or not self.decoders[target].alive:
             if target >= 0 and t.decode_cached:
                 private = t.context
@@ -694,7 +740,7 @@ class RolloutSimulation:
     def _admit(self, worker: int) -> None:
         """PD decode side: resume retracted requests, then admit arrived ones while the pool has room."""
         d = self.decoders[worker]
-        if not d.alive or not (d.retracted or d.waiting):
+        if not d.alive or not (d.retracted or d.waiting or d.prealloc):
             return
         d.advance(self.now)
         placed = False
@@ -705,7 +751,7 @@ class RolloutSimulation:
             else:
                 index, private = d.waiting[0]
             need = private + NUM_RESERVED_DECODE_TOKENS
-            room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * len(d.active)
+            room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * (len(d.active) + len(d.reserved))
             if need > room:
                 if not d.active and d.memory.private_tokens <= 0:
                     raise ValueError(
@@ -716,8 +762,66 @@ class RolloutSimulation:
             (d.retracted if resumed else d.waiting).popleft()
             self._place(index, worker, private, reschedule=False)
             placed = True
+        while d.prealloc and not (d.retracted or d.waiting) and self._preallocate(worker):
+            placed = True
         if placed:
             self._reschedule(worker)
+
+    def _preallocate(self, worker: int) -> bool:
+        """PD decode side: reserve KV for the first request of the prealloc queue, then let its prefill run.
+
+        As ``DecodePreallocQueue.pop_preallocated`` does: the request's prompt (less what the decode radix cache
+        holds, matched and locked) must fit in the free tokens less ``--num-reserved-decode-tokens`` for every
+        running or preallocated request; until it fits, the request waits in its prefill worker's bootstrap queue.
+        Returns whether the request was preallocated.
+        """
+        d = self.decoders[worker]
+        job, prefiller = d.prealloc[0]
+        match = 0
+        if self.pool.decode_radix_cache:  # --disaggregation-decode-enable-radix-cache: matched and locked
+            match = min(math.floor(d.memory.cached(job.index) + 1e-9), job.prompt_tokens - 1)
+        private = job.prompt_tokens - match
+        need = private + NUM_RESERVED_DECODE_TOKENS + d.memory.evictable_in(job.index, match)
+        room = d.memory.available(d.kv()) - NUM_RESERVED_DECODE_TOKENS * (len(d.active) + len(d.reserved))
+        if need > room:
+            if not d.active and not d.reserved and d.memory.private_tokens <= 0:
+                raise ValueError(
+                    f"trajectory {job.index} needs {need:.0f} KV tokens, more than a decode worker holds"
+                    f" ({d.memory.capacity_tokens:.0f})"
+                )
+            return False
+        d.prealloc.popleft()
+        t = self.trajectories[job.index]
+        cached = d.memory.lock(job.index, match) if match else 0.0
+        kv = job.prompt_tokens - cached
+        d.memory.private_tokens += kv
+        d.reserved[job.index] = kv
+        t.decode_worker, t.decode_cached = worker, cached
+        if not self.prefillers[prefiller].alive:  # its prefill worker left meanwhile: route it again
+            alive = [w for w, p in enumerate(self.prefillers) if p.alive]
+            if not alive:
+                self._unreserve(job.index)
+                self.parked.append(job)
+                return True
+            prefiller = self.prefill_router.route(
+                job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive]
+            )
+            self.prefillers[prefiller].in_flight += 1
+        self.prefillers[prefiller].queue.append(job)
+        self._start_prefill(prefiller)
+        return True
+
+    def _unreserve(self, index: int) -> None:
+        """PD: give back a preallocation whose request will be prefilled again (its prefill worker left)."""
+        t = self.trajectories[index]
+        d = self.decoders[t.decode_worker] if t.decode_worker >= 0 else None
+        if d is None or index not in d.reserved:
+            return
+        d.advance(self.now)
+        d.memory.private_tokens -= d.reserved.pop(index)
+        d.memory.release(index, d.memory.matched(index), 0.0)
+        t.decode_cached = 0.0
+        self._reschedule(t.decode_worker)
 
     @staticmethod
     def _to_generate(t: _Trajectory) -> int:
@@ -816,8 +920,7 @@ class RolloutSimulation:
             self.generated += out
             t.remaining = c.tokens - out
             self.retractions += 1
-            locked = d.memory.locked.get(index, 0.0)
-            d.memory.release(index, locked, 0.0)  # the matched prefix stays in the tree; the rest is freed
+            d.memory.release(index, d.memory.matched(index), 0.0)  # the matched prefix stays in the tree
             if self.colocated:
                 p = self.prefillers[worker]
                 p.queue.append(_Job(index, t.context))
@@ -889,6 +992,11 @@ class RolloutSimulation:
         waiting = [i for i, _ in d.waiting] + list(d.retracted)
         d.waiting.clear()
         d.retracted.clear()
+        d.reserved.clear()  # requests preallocated here find another decode worker when their KV is sent
+        for job, prefiller in d.prealloc:  # not prefilled yet: routed again from the start
+            self.prefillers[prefiller].in_flight -= 1
+            jobs.append(_Job(job.index, job.prompt_tokens))
+        d.prealloc.clear()
         for index in waiting:  # KV that was here (or offloaded from here) is lost: prefill it again
             jobs.append(_Job(index, self.trajectories[index].context))
         return jobs
@@ -906,6 +1014,7 @@ class RolloutSimulation:
             if id(job) in seen:
                 continue
             seen.add(id(job))
+            self._unreserve(job.index)  # it is preallocated again where it is routed next
             fresh.append(_Job(job.index, job.prompt_tokens))  # its KV here is lost with the worker
         p.queue.clear()
         p.running = None
@@ -913,6 +1022,27 @@ class RolloutSimulation:
         p.alive = False
         p.version += 1
         return fresh
+
+
+def _shared_prompts(trajectories: Sequence[TrajectorySpec]) -> dict[int, tuple[int, float]]:
+    """Trajectory → (group key, shared prompt tokens) for the members of groups of two or more.
+
+    Raises:
+        ValueError: a group whose members' first prompts differ.
+    """
+    members: dict[int, list[int]] = {}
+    for i, spec in enumerate(trajectories):
+        if spec.group >= 0:
+            members.setdefault(spec.group, []).append(i)
+    out: dict[int, tuple[int, float]] = {}
+    for group, indices in members.items():
+        prompts = {trajectories[i].turns[0].appended_tokens for i in indices}
+        if len(prompts) > 1:
+            raise ValueError(f"group {group}'s trajectories start with different prompts ({sorted(prompts)} tokens)")
+        if len(indices) > 1:
+            shared = float(trajectories[indices[0]].turns[0].appended_tokens)
+            out.update((i, (-(group + 1), shared)) for i in indices)
+    return out
 
 
 def simulate_batch(

@@ -9,8 +9,10 @@ nowhere goes to the least loaded worker. Its placements stay routable ``--cache-
 ``least_load`` and ``round_robin`` ignore prefixes. Load is the requests a worker has in flight.
 
 The router's tree holds the prompts it routed (never the tokens a decode worker generated), so a trajectory's
-match is its previous turn's prompt on the worker that served it; whether that worker still *holds* the prefix
-is the worker's radix cache's business (:mod:`~pearl_sched.sim.memory`).
+match is its previous turn's prompt on the worker that served it, or, for the members of a GRPO group (which
+share their first prompt), the group's prompt on the worker that a sibling was last routed to — whichever
+matches more of the prompt. Whether that worker still *holds* the prefix is the worker's radix cache's business
+(:mod:`~pearl_sched.sim.memory`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Router:
     policy: str = "cache_aware"
     placed: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # trajectory → worker, prompt, time
     turn: int = 0
+    groups: dict[int, tuple[int, float]] = field(default_factory=dict)  # trajectory → (group key, shared prompt)
 
     def __post_init__(self) -> None:
         """Refuse a policy the gateway does not have."""
@@ -55,7 +58,14 @@ class Router:
         else:
             worker = least
             last = self.placed.get(index)
+            group = self.groups.get(index)
             load = dict(loads)
+            if group is not None:  # the group's prompt, where a sibling went, may match more than the own prefix
+                sibling = self.placed.get(group[0])
+                near = sibling is not None and sibling[0] in load and now_s - sibling[2] <= CACHE_TTL_S
+                fresh = last is not None and last[0] in load and now_s - last[2] <= CACHE_TTL_S
+                if near and (not fresh or (sibling is not None and last is not None and sibling[1] > last[1])):
+                    last = sibling
             if last is not None and last[0] in load and now_s - last[2] <= CACHE_TTL_S:
                 share = last[1] / prompt_tokens if prompt_tokens > 0 else 0.0
                 mean = sum(load.values()) / len(load)
@@ -64,4 +74,7 @@ class Router:
                 if share >= CACHE_THRESHOLD and not spill:
                     worker = last[0]
         self.placed[index] = (worker, prompt_tokens, now_s)
+        group = self.groups.get(index)
+        if group is not None and prompt_tokens >= group[1]:
+            self.placed[group[0]] = (worker, group[1], now_s)
         return worker

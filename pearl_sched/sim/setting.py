@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pearl_sched.makespan import MakespanModel, PearlParams
+from pearl_sched.makespan_improved import ServingParams
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.kernels import shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
@@ -153,6 +154,7 @@ class Setting:
                 max_length=s.max_length_tokens,
                 seed=s.seed * 1_000_003 + step,
                 output_scale=s.output_scale,
+                group_size=s.group_size,
             )
         )
 
@@ -237,9 +239,46 @@ class Setting:
         """``h200`` for the system ``h200_sxm``."""
         return self.scenario.gpu.split("_")[0]
 
-    def predictor(self, name: str, params: PearlParams | None = None) -> MakespanModel:
-        """``pearl`` (PEARL's closed form) or ``improved``, on ``params`` (default :attr:`pearl_params`)."""
-        return make_predictor(name, params if params is not None else self.pearl_params)
+    @functools.cached_property
+    def mixed_step_factor(self) -> float:
+        """φ = mixed_s ÷ (prefill_s + decode_s) of the step times at the batch's operating point.
+
+        One chunk (``--chunked-prefill-size`` tokens after the mean context) with the decode batch of an 8-worker
+        pool; 1 for the sources whose mixed pass is the two back to back.
+        """
+        st = self.stats
+        chunk, context = float(self.chunked_prefill_size), st.mean_context_tokens
+        batch = max(1, st.trajectories // 8)
+        apart = self.steps.prefill_s(chunk, 1, context) + self.steps.decode_s(batch, context)
+        together = self.steps.mixed_s(chunk, 1, context, batch, context)
+        return together / apart if apart > 0 and together > 0 else 1.0
+
+    def serving_params(self, **measured: object) -> ServingParams:
+        """What the improved predictor knows of these workers before any telemetry: SGLang's settings as launched.
+
+        The KV pool is SGLang's (:attr:`kv_pool_tokens`, what ``sglang:max_total_num_tokens`` reports), the router,
+        decode radix cache and mixed-chunk flags the scenario's, φ the step times' (:attr:`mixed_step_factor`);
+        ``measured`` overrides fields with what the cluster's telemetry reported (``profiles.telemetry.refit_serving``).
+        """
+        fields: dict[str, object] = dict(
+            kv_pool_tokens=float(self.kv_pool_tokens),
+            router=self.router,
+            decode_radix_cache=self.decode_radix_cache,
+            enable_mixed_chunk=self.enable_mixed_chunk,
+            mixed_step_factor=self.mixed_step_factor,
+        )
+        fields.update(measured)
+        return ServingParams.model_validate(fields)
+
+    def predictor(
+        self, name: str, params: PearlParams | None = None, serving: ServingParams | None = None
+    ) -> MakespanModel:
+        """``pearl`` (PEARL's closed form) or ``improved``, on ``params`` (default :attr:`pearl_params`).
+
+        The improved predictor also gets ``serving`` (default :meth:`serving_params`).
+        """
+        chosen = params if params is not None else self.pearl_params
+        return make_predictor(name, chosen, serving if serving is not None else self.serving_params())
 
     # -- pools and the trainer ------------------------------------------------------------------------------
     def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> Pool:

@@ -181,11 +181,14 @@ class CodingAgentTurns:
         max_length: int,
         seed: int,
         output_scale: float = 1.0,
+        group_size: int = 1,
     ) -> list[TrajectorySpec]:
         """``count`` trajectories, deterministic in ``seed``; output lengths × ``output_scale``.
 
         Environment time after a turn is its logged tool latency, or a Normal(``env_mean_s``, ``env_std_s``) draw
-        clipped at zero where the source has none.
+        clipped at zero where the source has none. With ``group_size`` > 1, consecutive runs of ``group_size``
+        trajectories are one GRPO group sharing the first prompt of the group's first draw (the task), each with
+        its own later turns (``TrajectorySpec.group``).
         """
         rng = np.random.default_rng(seed)
         eligible = [t for t in self.trajectories if t.appended[0] < max_length]
@@ -193,14 +196,15 @@ class CodingAgentTurns:
             raise WorkloadDataError(f"{self.source}: no first prompt fits max_length={max_length}")
         picks = rng.integers(0, len(eligible), count)
         out = []
-        for pick in picks:
+        for j, pick in enumerate(picks):
             traj = eligible[int(pick)]
+            prompt = eligible[int(picks[j - j % group_size])].appended[0]
             n = len(traj.generated)
             drawn = environment_times(rng, env_mean_s, env_std_s, n)
             turns: list[Turn] = []
             context = 0
             for k in range(n):
-                appended = traj.appended[k]
+                appended = prompt if k == 0 else traj.appended[k]
                 want = traj.generated[k] if output_scale == 1.0 else max(1, round(traj.generated[k] * output_scale))
                 room = max_length - context - appended
                 if room <= 0:
@@ -212,5 +216,5 @@ class CodingAgentTurns:
                 turns.append(Turn(appended, produced, 0.0 if last else env))
                 if last:
                     break
-            out.append(TrajectorySpec(tuple(turns)))
+            out.append(TrajectorySpec(tuple(turns), group=j // group_size if group_size > 1 else -1))
         return out

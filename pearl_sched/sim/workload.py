@@ -128,13 +128,20 @@ class AgenticTurns:
         max_length: int,
         seed: int,
         output_scale: float = 1.0,
+        group_size: int = 1,
     ) -> list[TrajectorySpec]:
-        """``count`` trajectories, deterministic in ``seed``; output lengths × ``output_scale``."""
+        """``count`` trajectories, deterministic in ``seed``; output lengths × ``output_scale``.
+
+        With ``group_size`` > 1, consecutive runs of ``group_size`` trajectories are one GRPO group: they sample
+        the same task, so they share the first prompt of the group's first draw (``TrajectorySpec.group``); the
+        turns after it are each member's own draw (a group's samples diverge from their first response on).
+        """
         rng = np.random.default_rng(seed)
         picks = rng.integers(0, len(self.shapes), count)
         out = []
-        for pick in picks:
+        for j, pick in enumerate(picks):
             shape = self.shapes[int(pick)]
+            prompt = self.shapes[int(picks[j - j % group_size])].prompt
             n = len(shape.generated)
             if self.outputs:
                 generated = [self.outputs[int(i)] for i in rng.integers(0, len(self.outputs), n)]
@@ -146,7 +153,7 @@ class AgenticTurns:
             turns: list[Turn] = []
             context = 0
             for k in range(n):
-                appended = shape.prompt if k == 0 else shape.appended[k - 1]
+                appended = prompt if k == 0 else shape.appended[k - 1]
                 room = max_length - context - appended
                 if room <= 0:
                     break
@@ -156,7 +163,7 @@ class AgenticTurns:
                 turns.append(Turn(appended, produced, 0.0 if last else float(envs[k])))
                 if last:
                     break
-            out.append(TrajectorySpec(tuple(turns)))
+            out.append(TrajectorySpec(tuple(turns), group=j // group_size if group_size > 1 else -1))
         return out
 
 
