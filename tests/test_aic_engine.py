@@ -84,7 +84,14 @@ def test_mixed_step_costs_at_least_each_part(
     prefill = qwen8b.prefill_s(new, seqs, cached)
     decode = qwen8b.decode_s(batch, context)
     assert mixed >= max(prefill, decode) * (1 - 1e-9)
-    assert mixed <= prefill + decode + 1e-9  # one pass reads the weights once
+    # One pass reads the weights once, so it costs about no more than the two passes apart -- except where the
+    # decode rows push the pass's GEMMs over a step in the engine's measured tables (4,096 -> 4,097 tokens costs
+    # ~11% more on this engine; mixed at 4,080 new + 1 decode was 66.1 ms against 59.1 + 3.3 ms apart). The bound
+    # is the sum times that measured step (between neighbouring points of the memo grid across 4,096, the grid
+    # this fixture snaps to), not a free tolerance.
+    table_step = qwen8b.prefill_s(4160, 1, 0) / qwen8b.prefill_s(4096, 1, 0)
+    assert table_step > 1.0
+    assert mixed <= (prefill + decode) * table_step + 1e-9
 
 
 def test_mixed_with_nothing_on_one_side_is_the_other(qwen8b: AicStepTimes) -> None:
