@@ -44,9 +44,13 @@ from pearl_sched import Mode
 from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
+from pearl_sched.sim.hindsight import HindsightSearch
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
 from pearl_sched.state import ratio_label
+
+SCENARIOS = ("e2e", "ablation", "sensitivity", "swe-qwen3-8b", "swe-qwen3-30b-a3b")
+HINDSIGHT = "oracle-hindsight"
 
 
 def _fmt(x: float | None) -> str:
@@ -60,15 +64,17 @@ def scenarios(
     only: set[str] | None = None,
     ray_address: str | None = None,
     ray: bool = False,
+    hindsight: bool = False,
 ) -> list[Report]:
     reports = []
-    for name in ("e2e", "ablation", "sensitivity"):
+    for name in SCENARIOS:
         for scenario in load_scenario(name).expand():
             if only is not None and name not in only and scenario.name not in only:
                 continue
-            report = run_scenario(
-                scenario, list(scenario.policies), data, processes=processes, ray=ray, ray_address=ray_address
-            )
+            policies = list(scenario.policies)
+            if hindsight and HINDSIGHT not in policies:
+                policies.append(HINDSIGHT)
+            report = run_scenario(scenario, policies, data, processes=processes, ray=ray, ray_address=ray_address)
             reports.append(report)
             if out is not None:
                 from pearl_sched.sim.plots import plot_report
@@ -90,8 +96,66 @@ def scenarios(
                         f" oracle={oracle.removeprefix('oracle-') if oracle else 'none'}",
                         flush=True,
                     )
+            _oracle_lines(report)
             print(f"# {scenario.name}: {report.wall_s:.0f} s wall", flush=True)
     return reports
+
+
+def _oracle_lines(report: Report) -> None:
+    """What the hindsight oracle cost per segment, and every segment where a policy beat it (with the cause)."""
+    run = report.runs.get(HINDSIGHT)
+    if run is None:
+        return
+    search = HindsightSearch()
+    shares = "all" if search.shares is None else "/".join(f"{x:g}" for x in search.shares)
+    kind = "exhaustive" if search.beam is None else f"pruned(beam={search.beam},shares={shares})"
+    for seg in run.segments:
+        print(
+            f"# {HINDSIGHT} scenario={report.scenario.name} segment={seg.segment} search={kind}"
+            f" simulations={seg.simulations} wall_s={seg.wall_s:.0f}",
+            flush=True,
+        )
+    for policy in report.runs:
+        if policy == HINDSIGHT:
+            continue
+        for seg in run.segments:
+            ratio = report.ratio(policy, HINDSIGHT, seg.segment)
+            if ratio is not None and ratio > 1 + 1e-9:
+                print(
+                    f"oracle_beaten scenario={report.scenario.name} segment={seg.segment} policy={policy}"
+                    f" ratio={ratio:.4f} search={kind}",
+                    flush=True,
+                )
+
+
+def noise(data: Path, processes: int, reports: list[Report], names: tuple[str, ...] = ("e2e",)) -> list[float]:
+    """pearl_sched vs PEARL-faithful under two workload seeds, per segment: the run-to-run noise of the comparison.
+
+    Returns:
+        The spread (percentage points between the two seeds' ratios) of every segment.
+    """
+    spreads = []
+    for name in names:
+        base = load_scenario(name).expand()[0]
+        ran = {r.scenario.name: r for r in reports}
+        by_seed: dict[int, Report] = {}
+        for seed in (base.seed, base.seed + 1):
+            existing = ran.get(name)
+            if seed == base.seed and existing is not None and {"pearl", "pearl_sched"} <= set(existing.runs):
+                by_seed[seed] = existing
+            else:
+                scenario = base.model_copy(update={"seed": seed})
+                by_seed[seed] = run_scenario(scenario, ["pearl", "pearl_sched"], data, processes=processes)
+        for segment in [*(s.name for s in base.segments), None]:
+            ratios = [r.ratio("pearl_sched", "pearl", segment) or 0.0 for r in by_seed.values()]
+            spread = 100 * (max(ratios) - min(ratios))
+            spreads.append(spread)
+            print(
+                f"noise scenario={name} segment={segment or 'all'} seeds={','.join(map(str, by_seed))}"
+                f" pearl_sched_vs_pearl={','.join(f'{r:.4f}' for r in ratios)} spread_pct={spread:.2f}",
+                flush=True,
+            )
+    return spreads
 
 
 def _levels(scenario: Scenario, data: Path) -> list[int]:
@@ -174,7 +238,7 @@ def crossover(data: Path) -> None:
             )
 
 
-def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> None:
+def targets(reports: list[Report], selection: list[tuple[str, float, bool]], spreads: list[float]) -> None:
     def line(name: str, value: str, met: bool) -> None:
         print(f"target {name} value={value} met={'yes' if met else 'no'}", flush=True)
 
@@ -187,15 +251,20 @@ def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> 
         line("pearl_sched>=pearl_every_segment", ",".join(f"{g:.3f}" for g in gains.values()), min(gains.values()) >= 1)
         scarce = min(e2e.scenario.segments, key=lambda s: s.target_mean_rollout_gpus).name
         line("pearl_sched_vs_pearl_scarce>=1.10", f"{gains[scarce]:.3f}", gains[scarce] >= 1.10)
-        for oracle in ("oracle-static", "oracle-hindsight"):
-            if oracle in e2e.runs:
-                vs_oracle = e2e.ratio("pearl_sched", oracle) or 0.0
-                line(f"pearl_sched_within_3pct_of_{oracle}", f"{vs_oracle:.3f}", vs_oracle >= 0.97)
+    for r in reports:  # issue 13: within 3% of the hindsight oracle in every scenario (goal 2%)
+        vs_hindsight = r.ratio("pearl_sched", HINDSIGHT)
+        if vs_hindsight is not None:
+            line(f"pearl_sched_within_3pct_of_hindsight@{r.scenario.name}", f"{vs_hindsight:.4f}", vs_hindsight >= 0.97)
     others = [r for r in reports if "pearl" in r.runs and "pearl_sched" in r.runs]
     if others:
         worst = min((r.ratio("pearl_sched", "pearl") or 0.0, r.scenario.name) for r in others)
-        line("pearl_sched>=pearl_every_scenario", f"{worst[0]:.3f}@{worst[1]}", worst[0] >= 1 - 1e-9)
-    sweeps = ("oracle-static", "oracle-hindsight", "best-colocated", "best-disaggregated")  # references, not rivals
+        noise_pct = f",noise<={max(spreads):.2f}pp" if spreads else ""
+        line(
+            "pearl_sched>=pearl_every_scenario_within_0.5pct",
+            f"{worst[0]:.4f}@{worst[1]}{noise_pct}",
+            worst[0] >= 0.995,
+        )
+    sweeps = ("oracle-static", HINDSIGHT, "oracle-lookahead", "best-colocated", "best-disaggregated")  # not rivals
     rivals: list[tuple[float, str]] = []
     vs_sweep: list[tuple[float, str]] = []
     for r in reports:
@@ -213,7 +282,7 @@ def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> 
         line("pearl_sched>=every_policy_within_0.5pct", f"{worst[0]:.4f}:{worst[1]}", worst[0] >= 0.995)
     if vs_sweep:
         worst = min(vs_sweep)
-        line("pearl_sched_within_3pct_of_every_sweep", f"{worst[0]:.4f}:{worst[1]}", worst[0] >= 0.97)
+        line("pearl_sched_within_3pct_of_every_oracle_and_sweep", f"{worst[0]:.4f}:{worst[1]}", worst[0] >= 0.97)
     ours = [(gap, equal) for name, gap, equal in selection if name == "improved"]
     if ours:
         share = sum(equal for _, equal in ours) / len(ours)
@@ -225,7 +294,10 @@ def targets(reports: list[Report], selection: list[tuple[str, float, bool]]) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=default_data())
-    parser.add_argument("--only", default="scenarios,ratio,crossover")
+    parser.add_argument("--only", default="scenarios,ratio,crossover,noise")
+    parser.add_argument(
+        "--hindsight", action="store_true", help=f"Add {HINDSIGHT} to every scenario's policies (it is costly)"
+    )
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
     parser.add_argument("--ray", action="store_true", help="Run the independent runs as Ray tasks (the ray extra)")
@@ -244,12 +316,15 @@ def main() -> None:
     start = time.perf_counter()
     only = set(args.scenarios.split(",")) if args.scenarios else None
     reports = (
-        scenarios(args.data, args.processes, args.out, only, args.ray_address, use_ray) if "scenarios" in parts else []
+        scenarios(args.data, args.processes, args.out, only, args.ray_address, use_ray, args.hindsight)
+        if "scenarios" in parts
+        else []
     )
     selection = ratio_selection(args.data, args.processes, args.ray_address, use_ray) if "ratio" in parts else []
     if "crossover" in parts:
         crossover(args.data)
-    targets(reports, selection)
+    spreads = noise(args.data, args.processes, reports) if "noise" in parts else []
+    targets(reports, selection, spreads)
     print(f"# reproduce: {time.perf_counter() - start:.0f} s wall", flush=True)
 
 

@@ -1,4 +1,4 @@
-"""The oracles and Ray sweeps: the hindsight oracle's lookahead matches what the cluster then does; Ray = serial."""
+"""The oracles and Ray sweeps: the greedy lookahead matches what the cluster then does; Ray = serial."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pearl_sched.control import Event, EventKind, PlannerDecider
 from pearl_sched.errors import MissingExtraError, SimulationError
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel
 from pearl_sched.sim.availability import AvailabilityTrace
-from pearl_sched.sim.baselines import POLICIES, FixedColocated, HindsightOracle, RLBoostPlus
+from pearl_sched.sim.baselines import POLICIES, FixedColocated, GreedyLookahead, RLBoostPlus
 from pearl_sched.sim.cluster import ObservedStepTimes, SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, run_scenario, setting_for
 from pearl_sched.sim.steptimes import LinearStepTimes
@@ -24,13 +24,13 @@ from .builders import DATA, Slot, state, tiny
 pytestmark = pytest.mark.needs_data  # every test here simulates a scenario built from the data
 
 
-def test_hindsight_oracle_predicts_the_training_start_it_then_gets() -> None:
+def test_greedy_lookahead_predicts_the_training_start_it_then_gets() -> None:
     """With constant availability nothing but ticks happens inside step 0, where the oracle keeps: the copy it
     simulated ahead at the step boundary is exactly the run the cluster then makes."""
     scenario = tiny()
     setting = setting_for(scenario, DATA)
     trace = AvailabilityTrace(np.zeros(1), np.array([12.0]), 900.0)
-    oracle = HindsightOracle()
+    oracle = GreedyLookahead()
     result = run_segment(setting, trace, oracle, costs=costs_for(scenario), tick_s=120.0)
     assert result.steps and oracle.lookaheads >= 2, "it compared at least two candidates"
     boundary_s, predicted_s = oracle.predicted_s[0]
@@ -38,13 +38,13 @@ def test_hindsight_oracle_predicts_the_training_start_it_then_gets() -> None:
     assert result.steps[0].train_start_s == pytest.approx(predicted_s, rel=1e-9)
 
 
-def test_hindsight_oracle_needs_the_simulated_cluster() -> None:
+def test_greedy_lookahead_needs_the_simulated_cluster() -> None:
     with pytest.raises(SimulationError, match="run_segment"):
-        HindsightOracle().decide(Event(EventKind.STEP_BOUNDARY, 0.0), state([Slot()] * 2))
+        GreedyLookahead().decide(Event(EventKind.STEP_BOUNDARY, 0.0), state([Slot()] * 2))
 
 
 def test_both_oracles_are_registered_under_their_own_names() -> None:
-    assert {"oracle-static", "oracle-hindsight"} <= set(POLICIES)
+    assert {"oracle-static", "oracle-hindsight", "oracle-lookahead"} <= set(POLICIES)
     assert "oracle" not in POLICIES
 
 

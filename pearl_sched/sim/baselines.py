@@ -18,11 +18,17 @@
                    used whenever that many workers are usable; borrows whenever the trainer is idle. Not a bound:
                    it ignores the running state, the actual batch and transition costs.
 ``oracle-hindsight``
-                   Hindsight lookahead (:class:`HindsightOracle`): at every decision point but the periodic tick it
-                   copies the real simulated cluster and, for each candidate action (mode at a step boundary,
-                   P:D on a grid of prefill shares, borrow or not, keep), runs the copy to the batch's end on the
-                   actual batch and the actual future availability, transition costs paid as the cluster pays
-                   them, and takes the action whose training can start first.
+                   The hindsight search (:class:`~pearl_sched.sim.hindsight.HindsightSearch`): each step planned in
+                   hindsight over the planners' action space (per decision interval: mode at the boundary, P:D,
+                   admitted workers, borrowing), every interval simulated from the state the previous choice
+                   leaves, transition costs paid; a pruned dynamic programme in the shipped scenarios (not a
+                   bound), exhaustive — exact per step over its action space — on small instances.
+``oracle-lookahead``
+                   Greedy hindsight lookahead (:class:`GreedyLookahead`): at every decision point but the periodic
+                   tick it copies the real simulated cluster and, for each candidate action (mode at a step
+                   boundary, P:D on a grid of prefill shares, borrow or not, keep), runs the copy to the batch's
+                   end on the actual batch and the actual future availability, transition costs paid as the
+                   cluster pays them, and takes the action whose training can start first.
 ``pearl_sched-no-borrow``, ``best-colocated``, ``best-disaggregated``
                    Ablations: pearl_sched without borrowing; oracle-static restricted to one mode.
 ``pearl_sched-one-batch``
@@ -200,7 +206,13 @@ class RLBoostPlus:
         self._window: tuple[float, int] | None = None  # (start, remote workers) of this batch's window
         self._window_end_s: float | None = None
 
-    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+    def bind(
+        self,
+        cluster: SimCluster,
+        changes: Sequence[tuple[float, float]],
+        dedicated_gpus: int,
+        duration_s: float = math.inf,
+    ) -> None:
         """Read the batch's end from ``cluster`` for the window update (the other arguments are not used)."""
         self.cluster = cluster
 
@@ -279,7 +291,7 @@ class Oracle:
     """The best static configuration per count of usable workers, by simulating batch 0 on each one (a sweep).
 
     Not a hindsight bound: the choice ignores the running batch, the trajectories' progress, the actual batch of
-    the step and transition costs; see :class:`HindsightOracle` for that.
+    the step and transition costs; see :class:`~pearl_sched.sim.hindsight.HindsightSearch` for that.
     """
 
     def __init__(self, setting: Setting, name: str = "oracle-static", only: Mode | None = None) -> None:
@@ -365,8 +377,8 @@ HINDSIGHT_PREFILL_SHARES = (0.25, 0.5, 0.75)
 """The disaggregated ratios the hindsight oracle tries per worker count: these prefill shares, rounded."""
 
 
-class HindsightOracle:
-    """A hindsight lookahead over the planners' action space, simulated on the real cluster state.
+class GreedyLookahead:
+    """A greedy hindsight lookahead over the planners' action space, simulated on the real cluster state.
 
     At the step boundary and at every decision point where something changed (GPUs joined or left, training
     finished) — not at the periodic tick, to stay cheap — it copies the simulated cluster and, for every
@@ -389,7 +401,7 @@ class HindsightOracle:
     reference, not an upper bound on throughput.
     """
 
-    def __init__(self, name: str = "oracle-hindsight", shares: Sequence[float] = HINDSIGHT_PREFILL_SHARES) -> None:
+    def __init__(self, name: str = "oracle-lookahead", shares: Sequence[float] = HINDSIGHT_PREFILL_SHARES) -> None:
         """Set up an unbound oracle; :meth:`bind` gives it the cluster before its segment runs.
 
         Args:
@@ -405,11 +417,22 @@ class HindsightOracle:
         self.changes: list[tuple[float, float]] = []
         self.dedicated_gpus = 0
 
-    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+    def bind(
+        self,
+        cluster: SimCluster,
+        changes: Sequence[tuple[float, float]],
+        dedicated_gpus: int,
+        duration_s: float = math.inf,
+    ) -> None:
         """Look at ``cluster`` and the segment's availability ``changes`` (rollout GPUs, dedicated included)."""
         self.cluster = cluster
         self.changes = list(changes)
         self.dedicated_gpus = dedicated_gpus
+
+    @property
+    def simulations(self) -> int:
+        """Batch remainders simulated ahead so far (one per candidate per decision point)."""
+        return self.lookaheads
 
     def candidates(self, state: ClusterState, modes: Sequence[Mode]) -> list[Assignment]:
         """Every candidate target: borrow or not, colocated on all usable workers, or P:D on the share grid."""
@@ -483,6 +506,12 @@ class HindsightOracle:
         return best
 
 
+def _hindsight_search() -> Decider:
+    from pearl_sched.sim.hindsight import HindsightSearch  # it builds on this module's placement
+
+    return HindsightSearch()
+
+
 def _free_toggles(costs: TransitionCosts) -> TransitionCosts:
     return costs.model_copy(update={"activation_s": 0.0, "deactivation_s": 0.0})
 
@@ -547,8 +576,13 @@ POLICIES: dict[str, PolicySpec] = {
         ),
         PolicySpec(
             "oracle-hindsight",
-            lambda st, c, p: HindsightOracle(),
-            description="hindsight lookahead per decision point: candidates simulated on the real state and future",
+            lambda st, c, p: _hindsight_search(),
+            description="hindsight search per step over the planners' action space, intervals simulated (pruned DP)",
+        ),
+        PolicySpec(
+            "oracle-lookahead",
+            lambda st, c, p: GreedyLookahead(),
+            description="greedy hindsight lookahead per decision point: each candidate held to the batch's end",
         ),
         PolicySpec(
             "pearl_sched-no-borrow",

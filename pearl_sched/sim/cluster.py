@@ -185,6 +185,8 @@ class SegmentResult:
     ratios: list[tuple[float, str]]  # (time, configuration in force)
     decisions: int
     transitions: int
+    wall_s: float = 0.0  # wall time of the run (set by the experiment runner)
+    simulations: int = 0  # intervals a searching decider (the hindsight oracle) simulated ahead
 
     @property
     def throughput_tok_s(self) -> float:
@@ -692,13 +694,20 @@ def _refresh_model(decider: Decider, params: PearlParams | None, serving: Servin
 class ClusterBound(Protocol):
     """A decider that reads the simulated cluster itself (the hindsight oracle), bound before its segment runs."""
 
-    def bind(self, cluster: SimCluster, changes: Sequence[tuple[float, float]], dedicated_gpus: int) -> None:
+    def bind(
+        self,
+        cluster: SimCluster,
+        changes: Sequence[tuple[float, float]],
+        dedicated_gpus: int,
+        duration_s: float = math.inf,
+    ) -> None:
         """Give the decider the cluster it will decide for.
 
         Args:
             cluster: The simulated cluster, read (or copied) at each decision.
             changes: The segment's availability changes, ``(time_s, rollout GPUs)``, dedicated GPUs included.
             dedicated_gpus: The dedicated rollout GPUs counted in ``changes``.
+            duration_s: The segment's end (no decision point at or after it).
         """
 
 
@@ -921,7 +930,7 @@ def run_segment(
     loop = ControlLoop(cluster, decider)
     run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)
     if isinstance(decider, ClusterBound):
-        decider.bind(cluster, run.changes, dedicated)
+        decider.bind(cluster, run.changes, dedicated, duration_s=trace.end_s)
     order = itertools.count()  # simultaneous events run in the order they were scheduled
     queue: list[tuple[float, int, _Event]] = []
 

@@ -8,6 +8,7 @@ and its ratio to ROLL, to PEARL-faithful and to an oracle when those ran (``orac
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,9 @@ from pearl_sched.sim.baselines import POLICIES, fixed_pool_gpus
 from pearl_sched.sim.cluster import SegmentResult, run_segment
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.setting import Setting
+
+SLOW_POLICIES = ("oracle-hindsight", "oracle-lookahead", "oracle-static")
+"""The policies that simulate ahead: several times a planner's run, so their runs are started first."""
 
 
 def costs_for(scenario: Scenario) -> TransitionCosts:
@@ -80,7 +84,8 @@ class Report:
             The ratio, or ``None`` when either policy did not run or the baseline's throughput is 0.
 
         Raises:
-            StopIteration: ``segment`` is not one of the segments both policies ran.
+            ScenarioError: ``segment`` is not one of the segments both policies ran (the message names the run
+                missing it and the segments it has).
         """
         if policy not in self.runs or baseline not in self.runs:
             return None
@@ -88,9 +93,18 @@ class Report:
         if segment is None:
             x, y = a.throughput_tok_s, b.throughput_tok_s
         else:
-            x = next(s.throughput_tok_s for s in a.segments if s.segment == segment)
-            y = next(s.throughput_tok_s for s in b.segments if s.segment == segment)
+            x, y = self._segment(a, segment).throughput_tok_s, self._segment(b, segment).throughput_tok_s
         return x / y if y > 0 else None
+
+    def _segment(self, run: PolicyRun, segment: str) -> SegmentResult:
+        found = next((s for s in run.segments if s.segment == segment), None)
+        if found is None:
+            ran = ", ".join(s.segment for s in run.segments) or "none"
+            raise ScenarioError(
+                f"scenario {self.scenario.name!r}: policy {run.policy!r} has no run of segment {segment!r}"
+                f" (it ran: {ran})"
+            )
+        return found
 
     def oracle(self) -> str | None:
         """The oracle the ``vs_oracle`` ratios use: ``oracle-hindsight`` when it ran, else ``oracle-static``."""
@@ -117,7 +131,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data: the scenario, the wall time, :meth:`rows`, and every segment's run.
 
-        Each run keeps its steps (with their throughput) and its role timeline.
+        Each run keeps its steps (with their throughput) and its role timeline; a run's wall time is left out, so
+        the same scenario gives the same JSON however it was run (serial, processes, Ray) apart from ``wall_s``.
         """
         return {
             "scenario": self.scenario.model_dump(mode="json"),
@@ -126,7 +141,7 @@ class Report:
             "runs": {
                 name: [
                     {
-                        **{k: v for k, v in asdict(seg).items() if k not in ("steps", "timeline")},
+                        **{k: v for k, v in asdict(seg).items() if k not in ("steps", "timeline", "wall_s")},
                         "throughput_tok_s": seg.throughput_tok_s,
                         "steps": [{**asdict(s), "throughput_tok_s": s.throughput_tok_s} for s in seg.steps],
                         "timeline": seg.timeline,
@@ -198,7 +213,8 @@ def run_policy_segment(
     decider = spec.build(setting, costs, config)
     if spec.fitted_hazard and isinstance(decider, PlannerDecider):
         decider.policy_state = PolicyState(preemption_hazard_per_s=fitted_hazard_per_s(scenario, data))
-    return run_segment(
+    started = time.perf_counter()
+    result = run_segment(
         setting,
         trace,
         decider,
@@ -211,6 +227,8 @@ def run_policy_segment(
         dedicated_gpus=fixed,
         preemptible_gpus=0 if fixed is not None else None,
     )
+    simulations = int(getattr(decider, "simulations", 0))  # the oracles that simulate ahead count their copies
+    return dataclasses.replace(result, wall_s=time.perf_counter() - started, simulations=simulations)
 
 
 def run_scenario(
@@ -242,6 +260,7 @@ def run_scenario(
     start = time.perf_counter()
     setting_for(scenario, data)  # fail early on bad data, before spawning
     jobs = [(p, i) for p in policies for i in range(len(scenario.segments))]
+    jobs.sort(key=lambda job: job[0] not in SLOW_POLICIES)  # the longest runs start first (results are keyed)
     results: dict[tuple[str, int], SegmentResult] = {}
     if ray or ray_address is not None:
         results = _run_on_ray(scenario, jobs, data, tick_s, ray_address, on_done)

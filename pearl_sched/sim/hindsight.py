@@ -1,0 +1,361 @@
+"""The hindsight bound (``oracle-hindsight``): a search over the planners' action space, knowing the future.
+
+At every step boundary :class:`HindsightSearch` plans the whole step's rollout in hindsight: it knows the step's
+actual trajectories and the segment's actual availability trace, and it searches sequences of configurations,
+one per **decision interval** — the stretch between two of the step's decision points at which something
+changes (the step boundary, preemptible GPUs joining or leaving, the previous training step finishing) — each
+interval simulated in the real simulator (:class:`~pearl_sched.sim.cluster.SimCluster`, deep-copied) from the
+state the previous choice leaves: the running sequences, the KV pools and radix caches, the pending joins, the
+transition delays charged exactly as the cluster charges them (PEARL Table 3). The score of a sequence is when
+the step's training can start (the batch's end, plus deactivation of borrowed training GPUs, not before the
+previous training ends), then the batch's end; the earliest wins, and the cluster then replays the plan, action
+for action, at the same decision points (the periodic tick changes nothing).
+
+The action space at a decision point is the planners': keep the configuration in force; or, for each way of
+using the idle training GPUs (not borrowing; borrowing all of them when the trainer is idle), for each count of
+workers (every usable one; or only the count already serving, admitting none of the GPUs that just joined),
+colocated on all of them or disaggregated at a P:D split — every split (``shares=None``) or the splits of a
+grid of prefill shares. Which slots serve is :func:`~pearl_sched.sim.baselines.assign`'s placement (fewest role
+changes, dedicated first). A mode change only at the step boundary, as the cluster defers it otherwise.
+
+Search: ``beam=None`` is exhaustive — every sequence of actions over the step's decision intervals — and is
+then **exact over that action space, for the step, from the state at its boundary**. With ``beam=B`` it is a
+dynamic programme over decision intervals with pruning: at each decision point the candidate states are merged
+by configuration (two histories that reach the same slot roles keep only the one that finishes earlier when
+held to the end) and only the ``B`` best survive; that is a pruned search — it is **not** a bound, only a
+strong hindsight reference, and the cost lines say so.
+
+What it bounds, and what keeps it from being an exact bound on a whole segment:
+
+* per step, not jointly over steps: each step is searched from the state its own previous plan left, so a plan
+  that finishes one step later to leave a better state for the next is not searched, and a policy that arrives
+  at a step boundary in a different state is compared from a different starting point. Between plans equal on
+  the step's training start and end, the one leaving more workers serving wins (a tie-break: admitting GPUs
+  that cannot speed up this step's slowest trajectory still prepares them for the next — found on a small
+  instance where RLBoost+, admitting at once, beat the search by 0.01%);
+* it decides only where something changes: a policy that changes configuration at a periodic tick (or in the
+  middle of a decision interval) takes actions outside the searched space;
+* borrowing is all or nothing, counts are all usable workers or those already serving, and with a share grid
+  the P:D splits are a subset;
+* the KV pools and radix caches are carried exactly between intervals (the copies are the simulator's state),
+  so no approximation enters there — but a worker that joins, switches or restarts starts with an empty cache,
+  as it does in the cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pearl_sched.control import Assignment, Event, EventKind
+from pearl_sched.errors import SimulationError
+from pearl_sched.sim.baselines import Config, _lendable, _usable, assign
+from pearl_sched.state import ClusterState, Mode, Role, Zone
+
+if TYPE_CHECKING:
+    from pearl_sched.sim.cluster import SimCluster
+
+logger = logging.getLogger(__name__)
+
+SEARCH_PREFILL_SHARES = (0.25, 0.5, 0.75)
+"""The prefill shares of the P:D splits the affordable (beam) search tries per worker count."""
+
+SEARCH_BEAM = 1
+"""States kept per decision point by the affordable search (``oracle-hindsight`` in the shipped scenarios): one,
+the cost of a greedy lookahead over the full action space, so that it runs with the e2e scenario on two cores."""
+
+Score = tuple[float, float, int]  # (training start, rollout end, −workers left serving): lower is better
+NEVER: Score = (math.inf, math.inf, 0)
+Plan = list[tuple[float, Assignment | None]]  # (decision time, action) in the order the cluster meets them
+
+
+def copy_cluster(cluster: SimCluster) -> SimCluster:
+    """A deep copy of ``cluster`` that shares what never changes: the setting, its step times, the batch specs."""
+    memo: dict[int, object] = {id(cluster.setting): cluster.setting, id(cluster.setting.steps): cluster.setting.steps}
+    for spec in cluster.setting.batch(cluster.step):
+        memo[id(spec)] = spec
+    sim = copy.deepcopy(cluster, memo)
+    sim.timeline = []
+    return sim
+
+
+@dataclass
+class _Node:
+    """A searched state at a decision point: the copied cluster there and the actions that led to it."""
+
+    sim: SimCluster
+    plan: Plan
+    held: Score = NEVER  # the score when the configuration is held to the batch's end
+
+
+@dataclass
+class SearchCost:
+    """What one step's search cost: states expanded, intervals simulated, wall seconds."""
+
+    step: int
+    decision_points: int = 0
+    simulations: int = 0
+    wall_s: float = 0.0
+    exhaustive: bool = True
+
+
+@dataclass
+class _StepPlan:
+    step: int
+    actions: dict[float, Assignment | None] = field(default_factory=dict)
+    score: Score = NEVER
+
+    @property
+    def last_s(self) -> float:
+        """The plan's last decision: after it the configuration is held to the batch's end."""
+        return max(self.actions, default=-math.inf)
+
+
+class HindsightSearch:
+    """Plan each step in hindsight over the planners' action space (module docstring: what it bounds)."""
+
+    def __init__(
+        self,
+        name: str = "oracle-hindsight",
+        *,
+        shares: Sequence[float] | None = SEARCH_PREFILL_SHARES,
+        beam: int | None = SEARCH_BEAM,
+        max_simulations: int = 100_000,
+    ) -> None:
+        """Set up an unbound search; :meth:`bind` gives it the cluster before its segment runs.
+
+        Args:
+            name: The policy's name in reports.
+            shares: Prefill shares of the P:D splits tried per worker count; ``None``: every split.
+            beam: States kept per decision point; ``None``: exhaustive (exact over the action space, per step).
+            max_simulations: An exhaustive step search that would simulate more intervals than this raises
+                :class:`~pearl_sched.errors.SimulationError` rather than run for hours.
+        """
+        if beam is not None and beam < 1:
+            raise ValueError(f"beam must be at least 1 or None (exhaustive), got {beam}")
+        self.name = name
+        self.shares = None if shares is None else tuple(shares)
+        self.beam = beam
+        self.max_simulations = max_simulations
+        self.reason = ""
+        self.cluster: SimCluster | None = None
+        self.changes: list[tuple[float, float]] = []
+        self.dedicated_gpus = 0
+        self.duration_s = math.inf
+        self.search_costs: list[SearchCost] = []
+        self.predicted_s: list[tuple[int, float]] = []  # (step, predicted training start) per searched step
+        self.replans = 0  # a decision point the plan did not foresee (the cluster diverged): searched again
+        self._plan: _StepPlan | None = None
+
+    @property
+    def simulations(self) -> int:
+        """Intervals simulated ahead so far, over every searched step."""
+        return sum(cost.simulations for cost in self.search_costs)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the search is exhaustive over every P:D split (exact over its action space, per step)."""
+        return self.beam is None and self.shares is None
+
+    def bind(
+        self,
+        cluster: SimCluster,
+        changes: Sequence[tuple[float, float]],
+        dedicated_gpus: int,
+        duration_s: float = math.inf,
+    ) -> None:
+        """Look at ``cluster``, the segment's availability ``changes`` (rollout GPUs, dedicated included), its end."""
+        self.cluster = cluster
+        self.changes = list(changes)
+        self.dedicated_gpus = dedicated_gpus
+        self.duration_s = duration_s
+
+    # -- the action space ---------------------------------------------------------------------------------
+    def _splits(self, n: int) -> list[int]:
+        if self.shares is None:
+            return list(range(1, n))
+        return sorted({min(n - 1, max(1, round(n * share))) for share in self.shares})
+
+    def actions(self, state: ClusterState, modes: Sequence[Mode], boundary: bool) -> list[Assignment | None]:
+        """Every action at a decision point: keep, and each (borrowing, count, mode, split) target, deduplicated.
+
+        Args:
+            state: The cluster as observed at the decision point.
+            modes: The modes a target may have (both at the step boundary, the running one inside a batch).
+            boundary: Whether this is the step boundary (keep is then possible only when some slot serves).
+        """
+        current = {w.id: w.rollout_role for w in state.workers}
+        serving = sum(1 for role in current.values() if role is not None)
+        out: list[Assignment | None] = [] if boundary and not serving else [None]
+        seen = [current]
+        zone_options: list[tuple[Zone, ...]] = [(Zone.DEDICATED, Zone.PREEMPTIBLE)]
+        if _lendable(state):
+            zone_options.append((Zone.DEDICATED, Zone.PREEMPTIBLE, Zone.OVERLAP))
+        for zones in zone_options:
+            usable = _usable(state, zones)
+            counts = sorted({usable, *([serving] if 0 < serving < usable else [])})
+            for n in counts:
+                if n == 0:
+                    continue
+                configs: list[Config] = []
+                if Mode.COLOCATED in modes:
+                    configs.append((Mode.COLOCATED, 0, 0, n))
+                if Mode.DISAGGREGATED in modes and n > 1:
+                    configs.extend((Mode.DISAGGREGATED, p, n - p, 0) for p in self._splits(n))
+                for config in configs:
+                    target = assign(state, config[0], config, zones)
+                    roles = target.roles()
+                    if roles not in seen:
+                        seen.append(roles)
+                        out.append(target)
+        return out
+
+    # -- simulating an interval ---------------------------------------------------------------------------
+    def _points(self, after_s: float, trainer_idle_at: float) -> list[tuple[float, float | None]]:
+        """The segment's decision points after ``after_s`` in the cluster's order: (time, GPUs) or (time, None)."""
+        points: list[tuple[float, float | None]] = [
+            (at, gpus) for at, gpus in self.changes[1:] if after_s < at < self.duration_s
+        ]
+        if after_s < trainer_idle_at < self.duration_s:
+            points.append((trainer_idle_at, None))
+        return sorted(points, key=lambda p: (p[0], p[1] is None))  # a trace change before training at one time
+
+    def _run(self, sim: SimCluster, *, stop: bool, deadline_s: float = math.inf) -> bool | None:
+        """Run ``sim``'s batch on, as the cluster's clock would; with ``stop``, to the next decision point.
+
+        Args:
+            sim: The copied cluster, its batch running.
+            stop: Stop at the next decision point where something changes.
+            deadline_s: Give up once the batch is still running past this time (it cannot beat the best plan).
+
+        Returns:
+            True when stopped at a decision point (``sim.now`` is its time), False when the batch has ended,
+            None when it passed the deadline.
+        """
+        assert sim.batch is not None
+        for at_s, gpus in self._points(sim.now, sim.trainer_idle_at):
+            if at_s > deadline_s:
+                break
+            if not sim.advance(at_s):
+                return False
+            if gpus is None:
+                if stop:
+                    return True
+                continue
+            left, joined = sim.set_preemptible(max(0.0, gpus - self.dedicated_gpus))
+            if stop and (left or joined):
+                return True
+        if not sim.advance(deadline_s):
+            return False
+        return None
+
+    def _score(self, sim: SimCluster) -> Score:
+        """Finish ``sim``'s batch and score it.
+
+        Returns:
+            When training could start, the batch's end, and (negated: a tie-break between plans equal on both) how
+            many workers of the rollout zones it leaves serving, prepared for the next step.
+        """
+        _, back_s, _ = sim.finish_batch()
+        serving = sum(1 for slot in sim.slots if slot.role is not None and slot.zone is not Zone.OVERLAP)
+        return max(back_s, sim.trainer_idle_at), sim.now, -serving
+
+    def _child(
+        self, node: _Node, action: Assignment | None, cost: SearchCost, deadline_s: float
+    ) -> tuple[_Node | None, Score]:
+        """Apply ``action`` to a copy of ``node``'s cluster; run it to the next decision point, then held to the end.
+
+        A copy still running past ``deadline_s`` (the best plan's training start so far) is abandoned: its
+        training cannot start earlier, so this prunes nothing an exhaustive search needs (branch and bound).
+
+        Returns:
+            The state at the next decision point (``None`` when the batch ended first or the copy was abandoned)
+            and the held score (infinite when abandoned).
+        """
+        sim = copy_cluster(node.sim)
+        cost.simulations += 1
+        plan: Plan = [*node.plan, (sim.now, action)]
+        try:
+            if action is not None:
+                sim.apply(action)
+            if sim.batch is None:
+                if not any(slot.role is not None for slot in sim.slots):
+                    return None, NEVER
+                sim.launch(sim.step)
+            stopped = self._run(sim, stop=True, deadline_s=deadline_s)
+            if stopped is None:
+                return None, NEVER
+            if not stopped:
+                return None, self._score(sim)
+            child = _Node(copy_cluster(sim), plan)
+            if self._run(sim, stop=False, deadline_s=deadline_s) is None:
+                return child, NEVER  # it may still branch to something better: only its held plan lost
+            child.held = self._score(sim)
+        except (SimulationError, ValueError):
+            return None, NEVER
+        return child, child.held
+
+    # -- the search ---------------------------------------------------------------------------------------
+    def search(self, cluster: SimCluster) -> _StepPlan:
+        """Plan the rest of ``cluster``'s step from its state now (the step boundary or a decision point)."""
+        started = time.perf_counter()
+        cost = SearchCost(cluster.step, exhaustive=self.beam is None)
+        best: tuple[Score, Plan] = (NEVER, [])
+        frontier = [_Node(copy_cluster(cluster), [])]
+        while frontier:
+            cost.decision_points += len(frontier)
+            children: dict[tuple[tuple[str, Role | None], ...], _Node] = {}
+            survivors: list[_Node] = []
+            for node in frontier:
+                boundary = node.sim.batch is None
+                modes = (Mode.COLOCATED, Mode.DISAGGREGATED) if boundary else (node.sim.batch_mode,)
+                for action in self.actions(node.sim.observe(), modes, boundary):
+                    if self.beam is None and cost.simulations >= self.max_simulations:
+                        raise SimulationError(
+                            f"{self.name}: the exhaustive search of step {cluster.step} passed"
+                            f" {self.max_simulations} simulations; use a beam"
+                        )
+                    child, score = self._child(node, action, cost, best[0][0])
+                    plan = [*node.plan, (node.sim.now, action)]
+                    if score < best[0]:
+                        best = (score, child.plan if child is not None else plan)
+                    if child is None:
+                        continue
+                    if self.beam is None:
+                        survivors.append(child)
+                        continue
+                    key = tuple((slot.id, slot.role) for slot in child.sim.slots)
+                    if key not in children or child.held < children[key].held:
+                        children[key] = child  # the DP's merge: one history per configuration
+            if self.beam is not None:
+                survivors = sorted(children.values(), key=lambda c: c.held)[: self.beam]
+            frontier = survivors
+        cost.wall_s = time.perf_counter() - started
+        self.search_costs.append(cost)
+        step_plan = _StepPlan(cluster.step, {at: action for at, action in best[1]}, best[0])
+        self.predicted_s.append((cluster.step, best[0][0]))
+        logger.debug("%s: step %d planned, %d simulations", self.name, cluster.step, cost.simulations)
+        return step_plan
+
+    def decide(self, event: Event, state: ClusterState) -> Assignment | None:
+        """The step's plan: searched at the step boundary, replayed at its decision points; keep at the ticks."""
+        cluster = self.cluster
+        if cluster is None:
+            raise SimulationError(f"{self.name} looks at the simulated cluster: run it with run_segment")
+        if event.kind is EventKind.TICK:
+            return None
+        plan = self._plan
+        if cluster.batch is None or plan is None or plan.step != cluster.step:
+            plan = self._plan = self.search(cluster)
+        elif event.at_s not in plan.actions and event.at_s <= plan.last_s:
+            self.replans += 1  # the cluster met a decision point the search did not: it diverged
+            plan = self._plan = self.search(cluster)
+        action = plan.actions.get(event.at_s)
+        label = "keep" if action is None else action.ratio
+        self.reason = f"{label}: training starts at {plan.score[0]:.0f} s in hindsight"
+        return action
