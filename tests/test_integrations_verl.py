@@ -109,15 +109,17 @@ def test_first_sync_lends_to_measure_then_eq7_decides(setup: None) -> None:
     """Throughput comes from verl's wait counters; the lend decision follows Eq. 7 with numbers worked by hand.
 
     40 samples waited on over 100 s by the 4 standalone GPUs: 0.1 samples/s/GPU, so the 64-sample collection takes
-    160 s on them and 80 s with the 4 hybrid GPUs. Nothing buffered: the trainer idles 160 s; serving = 160 −
-    6.26 − 3.18 − 5 (PEARL Table 3 and the drain margin) = 145.56 s, saving (160 − 80)·145.56/80 = 145.56 s >
-    9.44 s toggle: lend. 60 samples buffered: 4 remain, a 10 s window ends before the GPUs could serve: keep.
+    160 s on them and 80 s with the 4 hybrid GPUs. Nothing buffered: the trainer idles W = 160 s; the lent GPUs
+    serve from the end of activation (A = 6.26 s, PEARL Table 3) to the window's end, saving
+    (160 − 80)·(160 − 6.26)/80 = 153.74 s; the loan ends at the costlier of the trainer waiting D = 3.18 s or the
+    GPUs going back D + m = 3.18 + 5 s early, (160 − 80)·8.18/80 = 8.18 s: lend (docs/policies.md, borrowing).
+    60 samples buffered: 4 remain, a 10 s window ends before the GPUs could serve: keep.
     """
     policy = build_policy("pearl_sched", deactivate_ratio=0.3, only_hybrid=False)
     assert policy.should_activate_after_step(1, False, _ctx())  # nothing measured yet: lend to measure
     assert "no throughput measured" in policy.decisions[-1][2]
     lend = policy.should_activate_after_step(2, False, _ctx(step_wait_times=[100.0], step_wait_samples=[40]))
-    assert lend and policy.decisions[-1][2] == "borrow: gain 145.6 s > toggle cost 9.4 s"
+    assert lend and policy.decisions[-1][2] == "borrow: gain 153.7 s > return cost 8.2 s"
     keep = policy.should_activate_after_step(
         3,
         False,
