@@ -41,6 +41,18 @@ FLAT = LinearStepTimes(
 )
 TWO_TURNS = TrajectorySpec((Turn(100, 10, 5.0), Turn(50, 20, 0.0)))
 
+# The binding constraints an InfeasiblePlanError may name (InfeasiblePlanError's docstring, docs/formulation.md).
+BINDING_CONSTRAINTS = frozenset(
+    {
+        "budget",
+        "kv_capacity",
+        "prefill_capacity",
+        "kv_and_prefill_capacity",
+        "no_eligible_workers",
+        "disaggregated_needs_prefill_and_decode",
+    }
+)
+
 # The reference problem (Llama-3.1-8B on H200 and a derived H100, a tau-bench-like batch): pearl_sched.reference.
 MODEL = PearlMakespanModel(PARAMS)
 

@@ -31,7 +31,7 @@ from pearl_sched import (
 from pearl_sched.plans import ACTION_ORDER
 from pearl_sched.transition import minimal_changes
 
-from .builders import MODEL, Slot, state, workload
+from .builders import BINDING_CONSTRAINTS, MODEL, Slot, state, workload
 
 
 @st.composite
@@ -74,14 +74,7 @@ def _plan_or_none(s: object, **kwargs: object) -> object:
     try:
         return plan(s, MODEL, **kwargs)  # type: ignore[arg-type]
     except InfeasiblePlanError as exc:
-        assert exc.binding_constraint in {
-            "budget",
-            "kv_capacity",
-            "prefill_capacity",
-            "kv_and_prefill_capacity",
-            "no_eligible_workers",
-            "disaggregated_needs_prefill_and_decode",
-        }
+        assert exc.binding_constraint in BINDING_CONSTRAINTS
         return None
 
 

@@ -35,7 +35,7 @@ from pearl_sched.solvers.cpsat import CpSatBackend
 from pearl_sched.state import ClusterState
 from pearl_sched.transition import apply_actions
 
-from .builders import Slot, state, workload
+from .builders import BINDING_CONSTRAINTS, Slot, state, workload
 from .plan_states import MODEL, Feasibility, feasibility, random_state
 
 _SEED = int(os.environ.get("PEARL_SCHED_PROPERTY_SEED", "20261201"))
@@ -47,14 +47,6 @@ _STATES = {  # backend → states per run (10,000 in all when every backend is i
     "pulp-highs": 300,
     "ortools-scip": 250,
     "pulp-cbc": 150,
-}
-_BINDING = {
-    "budget",
-    "kv_capacity",
-    "prefill_capacity",
-    "kv_and_prefill_capacity",
-    "no_eligible_workers",
-    "disaggregated_needs_prefill_and_decode",
 }
 # PEARL's no-solver search is exhaustive only up to 20,000 configurations (docs/solvers.md): beyond, it may
 # miss a fit, so "never refused" and "exact minimum" are checked on the solver backends only.
@@ -81,7 +73,7 @@ def _check(s: ClusterState, backend: str, index: int, tally: _Tally, *, repeat: 
         p = plan(s, MODEL, backend=backend, time_limit_s=30.0)
     except InfeasiblePlanError as exc:
         tally.refused += 1
-        if exc.binding_constraint not in _BINDING:
+        if exc.binding_constraint not in BINDING_CONSTRAINTS:
             fail(f"undocumented binding constraint {exc.binding_constraint!r}")
         if backend in _HEURISTIC:
             return

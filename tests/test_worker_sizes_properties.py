@@ -43,6 +43,8 @@ from pearl_sched.solvers import available_backends, get_backend, solve_class_pro
 from pearl_sched.state import WorkerSize, WorkerSizes
 from pearl_sched.transition import apply_actions
 
+from .builders import BINDING_CONSTRAINTS
+
 _SEED = int(os.environ.get("PEARL_SCHED_PROPERTY_SEED", "20261313"))
 _STATES = {"highs": 150, "ortools-highs": 25}
 _BRUTE_FORCE_LIMIT = 4_000
@@ -76,14 +78,6 @@ MODEL = PearlMakespanModel(
     )
 )
 COSTS = TransitionCosts.pearl_table3_by_tp("qwen3-8b", _TPS)
-_BINDING = {
-    "budget",
-    "kv_capacity",
-    "prefill_capacity",
-    "kv_and_prefill_capacity",
-    "no_eligible_workers",
-    "disaggregated_needs_prefill_and_decode",
-}
 
 
 def random_sized_state(rng: np.random.Generator) -> ClusterState:
@@ -160,7 +154,7 @@ def _check(state: ClusterState, backend: str) -> tuple[bool, list[str]]:
     try:
         p = plan(state, MODEL, costs=COSTS, backend=backend, time_limit_s=30.0)
     except InfeasiblePlanError as exc:
-        if exc.binding_constraint not in _BINDING:
+        if exc.binding_constraint not in BINDING_CONSTRAINTS:
             failures.append(f"undocumented binding constraint {exc.binding_constraint!r}")
         return False, failures
     if p.gpus_used > state.budget.max_gpus:
