@@ -47,7 +47,18 @@ from pearl_sched.policies import (
 )
 from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
-from pearl_sched.state import GPU, ROLLOUT_ROLES, ClusterState, Mode, Role, Worker, WorkerSize, WorkerSizes, Zone
+from pearl_sched.state import (
+    GPU,
+    ROLLOUT_ROLES,
+    ClusterState,
+    Mode,
+    Role,
+    Worker,
+    WorkerSize,
+    WorkerSizes,
+    Workload,
+    Zone,
+)
 from pearl_sched.transition import (
     FLIP_ROLES,
     apply_actions,
@@ -778,27 +789,54 @@ def _classes(
     for key in sorted(groups):
         members = groups[key]
         first = members[0]
-        current = first.worker.rollout_role
         eligible = frozenset(ROLLOUT_ROLES) if first.category is not _Category.OUT else frozenset()
-        classes.append(
-            SlotClass(
-                key="|".join(key),
-                slot_ids=tuple(sorted(s.worker.id for s in members)),
-                gpu_type=first.gpu_type,
-                tp=first.tp,
-                zone=first.zone,
-                node_group=first.node_group if len({m.node_group for m in members}) == 1 else "*",
-                current_role=current,
-                eligible=eligible,
-                weight={r: model.capacity_weight(workload, first.gpu_type, first.tp, r) for r in ROLLOUT_ROLES},
-                kv_bytes=model.kv_capacity_bytes(first.gpu_type, first.tp),
-                prefill_tokens_per_s=model.prefill_tokens_per_s(first.gpu_type, first.tp),
-                cost=_costs(current, first.zone, costs, n_ref, first.tp),
-                pauses_admission=current is None and first.zone is not Zone.OVERLAP,
-            )
-        )
+        capacity = _worker_capacity(model, workload, first.gpu_type, first.tp)
+        classes.append(_slot_class("|".join(key), members, eligible, capacity, costs, n_ref))
         category["|".join(key)] = first.category
     return tuple(classes), category
+
+
+def _worker_capacity(
+    model: MakespanModel, workload: Workload, gpu_type: str, tp: int
+) -> tuple[dict[Role, float], float, float]:
+    """Capacity weights, KV bytes and prefill tokens/s of one worker of (gpu_type, tp)."""
+    return (
+        {r: model.capacity_weight(workload, gpu_type, tp, r) for r in ROLLOUT_ROLES},
+        model.kv_capacity_bytes(gpu_type, tp),
+        model.prefill_tokens_per_s(gpu_type, tp),
+    )
+
+
+def _slot_class(
+    key: str,
+    members: list[_Slot],
+    eligible: frozenset[Role],
+    capacity: tuple[dict[Role, float], float, float],
+    costs: TransitionCosts,
+    n_ref: int,
+    pool: str | None = None,
+) -> SlotClass:
+    """The class of interchangeable slots ``members`` (all alike in what the key names)."""
+    first = members[0]
+    current = first.worker.rollout_role
+    weight, kv_bytes, prefill_rate = capacity
+    return SlotClass(
+        key=key,
+        slot_ids=tuple(sorted(s.worker.id for s in members)),
+        gpu_type=first.gpu_type,
+        tp=first.tp,
+        zone=first.zone,
+        node_group=first.node_group if len({m.node_group for m in members}) == 1 else "*",
+        current_role=current,
+        eligible=eligible,
+        weight=weight,
+        kv_bytes=kv_bytes,
+        prefill_tokens_per_s=prefill_rate,
+        cost=_costs(current, first.zone, costs, n_ref, first.tp),
+        pauses_admission=current is None and first.zone is not Zone.OVERLAP,
+        pool=pool,
+        dp=first.worker.dp,
+    )
 
 
 _REGROUP_TIE_S = 1e-3
@@ -875,14 +913,6 @@ def _sized(
             return frozenset()
         return frozenset(r for r, options in sizes.by_role().items() if size in options)
 
-    def per_size(gpu_type: str, tp: int) -> tuple[dict[Role, float], float, float]:
-        """Capacity weights, KV bytes and prefill tokens/s of one worker of (gpu_type, tp)."""
-        return (
-            {r: model.capacity_weight(workload, gpu_type, tp, r) for r in ROLLOUT_ROLES},
-            model.kv_capacity_bytes(gpu_type, tp),
-            model.prefill_tokens_per_s(gpu_type, tp),
-        )
-
     groups: dict[tuple[str, ...], list[_Slot]] = {}
     for s in slots:
         role = s.worker.rollout_role
@@ -898,30 +928,15 @@ def _sized(
     for key in sorted(groups):
         members = groups[key]
         first = members[0]
-        current = first.worker.rollout_role
         eligible = allowed(first.worker.size, first.gpu_type) if first.category is not _Category.OUT else frozenset()
         name = "|".join(key[:-1]) + ("|spans-nodes" if key[-1] == "spans-nodes" else "")
-        weight, kv_bytes, prefill_rate = (
-            per_size(first.gpu_type, first.tp) if eligible else (dict.fromkeys(ROLLOUT_ROLES, 0.0), 0.0, 0.0)
+        capacity = (
+            _worker_capacity(model, workload, first.gpu_type, first.tp)
+            if eligible
+            else (dict.fromkeys(ROLLOUT_ROLES, 0.0), 0.0, 0.0)
         )
         classes.append(
-            SlotClass(
-                key=name,
-                slot_ids=tuple(sorted(s.worker.id for s in members)),
-                gpu_type=first.gpu_type,
-                tp=first.tp,
-                zone=first.zone,
-                node_group=first.node_group if len({m.node_group for m in members}) == 1 else "*",
-                current_role=current,
-                eligible=eligible,
-                weight=weight,
-                kv_bytes=kv_bytes,
-                prefill_tokens_per_s=prefill_rate,
-                cost=_costs(current, first.zone, costs, n_ref, first.tp),
-                pauses_admission=current is None and first.zone is not Zone.OVERLAP,
-                pool=pooled_slots.get(first.worker.id),
-                dp=first.worker.dp,
-            )
+            _slot_class(name, members, eligible, capacity, costs, n_ref, pool=pooled_slots.get(first.worker.id))
         )
         category[name] = first.category
     options = sorted({s for role_sizes in sizes.by_role().values() for s in role_sizes}, key=lambda z: (z.tp, z.dp))
@@ -943,7 +958,7 @@ def _sized(
                 cost[Role.DECODE] += costs.volatile_decode_s
             cost[None] = 0.0
             name = f"{pool_key}|new-{size.label}"
-            weight, kv_bytes, prefill_rate = per_size(gpu_type, size.tp)
+            weight, kv_bytes, prefill_rate = _worker_capacity(model, workload, gpu_type, size.tp)
             classes.append(
                 SlotClass(
                     key=name,
