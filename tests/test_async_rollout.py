@@ -37,7 +37,8 @@ def test_async_client_passes_sampling_parameters_and_returns_logprobs() -> None:
 def test_async_turns_run_concurrently_and_survive_an_abort() -> None:
     """Eight turns in flight on one event loop; an abort in the middle is resubmitted for the tokens still owed,
     with the logprobs of both parts, and the event loop keeps running meanwhile."""
-    fake = FakeSGLangServer(FakeConfig(port=free_ports(1)[0], token_time_s=0.01)).start()
+    # 60 tokens at 50 ms: each turn needs 3 s, so none can finish before all eight have started on a loaded machine
+    fake = FakeSGLangServer(FakeConfig(port=free_ports(1)[0], token_time_s=0.05)).start()
     ticks = 0
 
     async def ticker(stop: asyncio.Event) -> None:
@@ -54,8 +55,11 @@ def test_async_turns_run_concurrently_and_survive_an_abort() -> None:
                 asyncio.create_task(client.generate([seed] * 4, 60, {"temperature": 1.0}, return_logprob=True))
                 for seed in range(8)
             ]
-            while len(fake.state.running) < 8 or min(r.generated for r in list(fake.state.running.values())) < 1:
-                await asyncio.sleep(0.02)  # every turn has started generating
+            deadline = asyncio.get_running_loop().time() + 20.0
+            while not _all_generating(fake, 8):  # every turn has started generating
+                if asyncio.get_running_loop().time() > deadline:
+                    raise AssertionError(f"eight turns never ran together: {len(fake.state.running)} running")
+                await asyncio.sleep(0.02)
             with SGLangServerClient(fake.url, api_key=None) as admin:
                 await asyncio.to_thread(admin.pause, "abort")
                 await asyncio.to_thread(admin.resume_generation)
@@ -71,7 +75,12 @@ def test_async_turns_run_concurrently_and_survive_an_abort() -> None:
     assert all(len(c.output_ids) == 60 and len(c.output_logprobs) == 60 for c in done)  # type: ignore[attr-defined]
     assert sum(c.resubmits for c in done) >= 8  # type: ignore[attr-defined]  # every turn was cut once
     assert fake.state.requests_total >= 16
-    assert ticks > 20  # the loop ran other work while eight turns of ≥ 0.6 s were in flight
+    assert ticks > 20  # the loop ran other work while eight turns of ≥ 3 s were in flight
+
+
+def _all_generating(fake: FakeSGLangServer, n: int) -> bool:
+    running = list(fake.state.running.values())
+    return len(running) == n and all(r.generated >= 1 for r in running)
 
 
 def test_async_client_gives_up_after_its_patience() -> None:
