@@ -66,6 +66,7 @@ class _Slot:
     ready_at: float = 0.0  # when its current role becomes effective
     index: int | None = None  # its worker index in the running batch (None: not in it yet)
     back_at: float = 0.0  # overlap: when the trainer has it again
+    prepared_since: float | None = None  # background preparation: when it began on this idle preemptible slot
 
 
 class ObservedStepTimes:
@@ -208,6 +209,7 @@ class SimCluster:
         dedicated_gpus: int | None = None,
         preemptible_gpus: int | None = None,
         allow_borrow: bool = True,
+        background_preparation: bool = False,
     ) -> None:
         """Build the worker slots (one per TP group) of the three zones, no batch running, at time 0.
 
@@ -221,6 +223,9 @@ class SimCluster:
             dedicated_gpus: Dedicated rollout GPUs; defaults to the scenario's ``dedicated_rollout_gpus``.
             preemptible_gpus: Most preemptible GPUs at once; defaults to the scenario's ``max_preemptible_gpus``.
             allow_borrow: Whether idle training GPUs may be lent to rollout.
+            background_preparation: Whether an arrived preemptible GPU prepares (engine start, weight load) while
+                it does not serve, so that an admission later pays only the preparation left (docs/policies.md,
+                "Preparation progress"); PEARL prepares only once the gate admits (False).
         """
         s = setting.scenario
         self.setting = setting
@@ -228,6 +233,7 @@ class SimCluster:
         self.policy = policy or PolicyConfig()
         self.tp = s.tp
         self.allow_borrow = allow_borrow
+        self.background_preparation = background_preparation
         dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
         preemptible = s.max_preemptible_gpus if preemptible_gpus is None else preemptible_gpus
         self.slots: list[_Slot] = []
@@ -297,7 +303,13 @@ class SimCluster:
             elif slot.zone is Zone.OVERLAP:
                 worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.TRAINING, status=Status.ACTIVE)
             else:
-                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.DECODE, status=Status.INACTIVE)
+                worker = Worker(
+                    id=slot.id,
+                    gpu_ids=slot.gpu_ids,
+                    role=Role.DECODE,
+                    status=Status.INACTIVE,
+                    prepared_s=self.prepared_s(slot),
+                )
             workers.append(worker)
         usable = sum(len(s.gpu_ids) for s in self.slots if s.available and s.zone is not Zone.OVERLAP)
         if self.allow_borrow and not trainer_busy:
@@ -493,13 +505,25 @@ class SimCluster:
     def _delay(self, slot: _Slot, old: Role | None, new: Role) -> float:
         c = self.costs
         if old is None:
-            return c.activation_s if slot.zone is Zone.OVERLAP else c.preparation_s + c.finalisation_s
+            if slot.zone is Zone.OVERLAP:
+                return c.activation_s
+            return max(0.0, c.preparation_s - self.prepared_s(slot)) + c.finalisation_s
         if {old, new} == {Role.PREFILL, Role.DECODE}:
             return c.role_switch_s
         return c.restart_s
 
+    def prepared_s(self, slot: _Slot) -> float:
+        """Seconds of preparation done in the background on an idle, available preemptible slot (else 0)."""
+        if slot.prepared_since is None or slot.role is not None or not slot.available:
+            return 0.0
+        return min(self.costs.preparation_s, max(0.0, self.now - slot.prepared_since))
+
     def _stop(self, slot: _Slot) -> None:
         """Take the slot out of the running batch (its sequences resubmit) or cancel its pending join."""
+        if self.background_preparation and slot.zone is Zone.PREEMPTIBLE and slot.role is not None:
+            # Its engine stays up, out of the gateway, as far as its preparation had got (all of it once serving).
+            left = max(0.0, slot.ready_at - self.costs.finalisation_s - self.now)
+            slot.prepared_since = self.now - max(0.0, self.costs.preparation_s - left)
         if slot.role is not None and self.batch is not None and slot.index is not None:
             self._remove_from_batch(slot)
         self.pending = [(t, s) for t, s in self.pending if s != slot.id]
@@ -628,11 +652,14 @@ class SimCluster:
                 gone.append(victim)
             for s in gone:
                 s.available = False
+                s.prepared_since = None  # the instance is gone, and its preparation with it
                 left += 1
         else:
             for s in preemptible:
                 if not s.available and len(now_live) + joined < live:
                     s.available = True
+                    if self.background_preparation:
+                        s.prepared_since = self.now
                     joined += 1
         return left, joined
 
@@ -915,8 +942,12 @@ def run_segment(
     dedicated_gpus: int | None = None,
     preemptible_gpus: int | None = None,
     progress: Callable[[float], None] | None = None,
+    background_preparation: bool = False,
 ) -> SegmentResult:
-    """Run ``decider`` over one availability segment (``trace``: rollout GPUs, dedicated included)."""
+    """Run ``decider`` over one availability segment (``trace``: rollout GPUs, dedicated included).
+
+    ``background_preparation``: arrived preemptible GPUs prepare while not serving (:class:`SimCluster`).
+    """
     s = setting.scenario
     dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
     cluster = SimCluster(
@@ -926,6 +957,7 @@ def run_segment(
         dedicated_gpus=dedicated,
         preemptible_gpus=preemptible_gpus,
         allow_borrow=allow_borrow,
+        background_preparation=background_preparation,
     )
     loop = ControlLoop(cluster, decider)
     run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)

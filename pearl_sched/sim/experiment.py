@@ -226,6 +226,7 @@ def run_policy_segment(
         allow_borrow=spec.allow_borrow,
         dedicated_gpus=fixed,
         preemptible_gpus=0 if fixed is not None else None,
+        background_preparation=spec.background_preparation,
     )
     simulations = int(getattr(decider, "simulations", 0))  # the oracles that simulate ahead count their copies
     return dataclasses.replace(result, wall_s=time.perf_counter() - started, simulations=simulations)
