@@ -41,6 +41,8 @@ from pearl_sched.policies import (
     expansion_can_pass,
     expansion_cost_share,
     expansion_gate,
+    expansion_ready_s,
+    expected_residence_s,
     hysteresis,
     idle_window_allows_borrow,
     must_return,
@@ -558,9 +560,11 @@ def _gate(
             and inputs.policy.gate_horizon == "residence"
             and wider_best.solution.makespan_s <= best.solution.makespan_s
             and saved_s > 1e-9
+            and not _gone_before_ready(gate, inputs)
         ):
             # No faster, but cheaper to reach (e.g. a lent GPU instead of starting a dedicated one): refusing
-            # it would leave a plan the next decision point, with the base slot started, would change.
+            # it would leave a plan the next decision point, with the base slot started, would change. Never
+            # a preemptible GPU the hazard says is gone before it is ready (a prepared one is cheap to start).
             decision = GateDecision(True, f"{gate.flag}: as fast, {saved_s:.1f} s less to reach")
     reasons.append(decision.reason)
     return (wider, wider_best) if decision.allow else (problem, best)
@@ -577,6 +581,13 @@ def _gate_can_pass(gate: _GateSpec, without: ClassSolution, wider: ClassProblem,
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
     lower = min(bounds) + wider.terms.environment_s
     return gate.can_pass(without.makespan_s, lower, wider.unfinished_fraction, inputs)
+
+
+def _gone_before_ready(gate: _GateSpec, inputs: _GateInputs) -> bool:
+    """Whether the expansion gate's GPUs are expected to be preempted before they serve (1/h ≤ P_left + F)."""
+    if gate.category is not _Category.NEW_PREEMPTIBLE:
+        return False
+    return expected_residence_s(inputs.pstate) <= expansion_ready_s(inputs.costs, inputs.prepared_s)
 
 
 def _prepared_by_class(classified: _Classified) -> dict[str, float]:

@@ -109,22 +109,28 @@ def test_plan_admits_at_the_next_decision_point_with_what_was_prepared() -> None
     assert not partial.decision.expanded, partial.decision.reason
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     prepared=st.lists(st.floats(min_value=0.0, max_value=80.0), min_size=1, max_size=3),
     residence_s=st.floats(min_value=5.0, max_value=400.0),
     one_batch=st.booleans(),
+    idle_dedicated=st.integers(min_value=0, max_value=2),
+    budget=st.integers(min_value=2, max_value=7),
 )
 def test_plan_never_admits_a_gpu_gone_before_its_rest_is_prepared(
-    prepared: list[float], residence_s: float, one_batch: bool
+    prepared: list[float], residence_s: float, one_batch: bool, idle_dedicated: int, budget: int
 ) -> None:
-    # Preemptible GPUs at different points of their background preparation; whatever plan() admits must be
-    # ready (preparation left + finalisation) before the expected residence ends, each GPU by its own progress.
-    slots = [Slot(role=Role.COLOCATED)] * 2 + [Slot(zone=Zone.PREEMPTIBLE)] * len(prepared)
-    cluster = state(slots, load=workload(batch_size=256, unfinished=256, turns=5.0, generated_tokens_per_turn=60.0))
+    # Preemptible GPUs at different points of their background preparation, and maybe idle dedicated slots a
+    # prepared preemptible GPU is cheaper to start than; whatever plan() admits must be ready (preparation
+    # left + finalisation) before the expected residence ends, each GPU by its own progress.
+    slots = [Slot(role=Role.COLOCATED)] * 2 + [Slot()] * idle_dedicated + [Slot(zone=Zone.PREEMPTIBLE)] * len(prepared)
+    load = workload(batch_size=256, unfinished=256, turns=5.0, generated_tokens_per_turn=60.0)
+    cluster = state(slots, load=load, max_gpus=budget)
     done = iter(prepared)
+    zones = {g.id: g.zone for g in cluster.gpus}
     workers = tuple(
-        w.model_copy(update={"prepared_s": next(done)}) if w.rollout_role is None else w for w in cluster.workers
+        w.model_copy(update={"prepared_s": next(done)}) if zones[w.gpu_ids[0]] is Zone.PREEMPTIBLE else w
+        for w in cluster.workers
     )
     cluster = cluster.model_copy(update={"workers": workers})
     pstate = PolicyState(preemption_hazard_per_s=1 / residence_s)
