@@ -118,6 +118,7 @@ def test_a_regroup_restarts_the_gpus_as_a_worker_of_the_new_size_at_its_cost_ste
     assert state.worker_sizes == scenario.worker_sizes
     new = cluster.by_id["w-d4-tp4"]
     assert new.index is None  # not serving while it prepares: dw02's sequences went elsewhere
+    assert cluster.serving() == "1P(tp2)2D(1×tp2+1×tp4)"
     assert cluster.advance(30.0 + delay - 1.0) and new.index is None
     assert cluster.advance(30.0 + delay + 1.0) and new.index is not None
 
@@ -141,6 +142,7 @@ def test_only_the_planner_that_knows_sizes_regroups_and_the_others_keep_the_scen
     faithful = run_policy_segment(scenario, "pearl", 0, DATA)
     assert any(slot.startswith("w-") for _, slot, _ in sized.timeline)  # regrouped workers (w-<first GPU>-tp<n>)
     assert not any(slot.startswith("w-") for _, slot, _ in faithful.timeline)
+    assert any("(tp" in ratio for _, ratio in sized.ratios) and not any("(tp" in r for _, r in faithful.ratios)
     assert sized.steps and all(s.generated_tokens > 0 for s in sized.steps)
 
 

@@ -807,9 +807,25 @@ class SimCluster:
         return result, back, borrowed
 
     def serving(self) -> str:
-        """The configuration in force, e.g. ``3P5D`` or ``6C``."""
-        roles = [s.role for s in self.slots if s.role is not None]
-        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
+        """The configuration in force, e.g. ``3P5D`` or ``6C``; with workers of other sizes, e.g. ``2P(tp1)3D(tp2)``.
+
+        A role with several sizes lists them, e.g. ``3P(2×tp1+1×tp2)``; the sizes are shown only when some serving
+        worker is not of the scenario's size.
+        """
+        serving = [s for s in self.slots if s.role is not None]
+        roles = [s.role for s in serving]
+        label = ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
+        if all(s.size == self.size for s in serving):
+            return label
+        parts = []
+        for role, letter in ((Role.PREFILL, "P"), (Role.DECODE, "D"), (Role.COLOCATED, "C")):
+            sizes = sorted((s.size for s in serving if s.role is role), key=lambda z: (z.tp, z.dp))
+            if not sizes:
+                continue
+            counts = {z.label: sizes.count(z) for z in dict.fromkeys(sizes)}
+            inner = next(iter(counts)) if len(counts) == 1 else "+".join(f"{n}×{z}" for z, n in counts.items())
+            parts.append(f"{len(sizes)}{letter}({inner})")
+        return "".join(parts)
 
 
 def _refresh_model(decider: Decider, params: PearlParams | None, serving: ServingParams | None = None) -> None:
