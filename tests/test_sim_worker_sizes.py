@@ -178,3 +178,20 @@ def test_attention_dp_with_kernel_composed_step_times_is_refused_in_one_line() -
 
     with pytest.raises(ScenarioError, match="attention-DP, which only the aiconfigurator-core step times model"):
         step_times_for(tiny(), DATA, WorkerSize(tp=2, dp=2))
+
+
+@pytest.mark.needs_data
+def test_gpus_a_regroup_leaves_over_stay_in_the_cluster_as_one_gpu_slots() -> None:
+    _, cluster = _sized_cluster()
+    cluster.apply(Assignment(Mode.DISAGGREGATED, {"dw00": Role.PREFILL, "dw01": Role.DECODE}))
+    expand = Action(
+        kind=ActionKind.EXPAND, worker_id="w-d6-tp1", gpu_ids=("d6",), zone=Zone.DEDICATED, from_role=None,
+        to_role=Role.PREFILL,
+    )  # fmt: skip
+    roles = {"dw00": Role.PREFILL, "dw01": Role.DECODE, "w-d6-tp1": Role.PREFILL}
+    report = cluster.apply(FakeRegroupPlan(Mode.DISAGGREGATED, roles, (expand,)))
+    assert report.seconds_lost == pytest.approx(cluster.costs.preparation_for(1) + cluster.costs.finalisation_s)
+    assert cluster.by_id["w-d7-tp1"].role is None and "dw03" not in cluster.by_id  # d7 is kept, without a role
+    state = cluster.observe()
+    assert sorted(g.id for g in state.gpus if g.zone is Zone.DEDICATED) == [f"d{i}" for i in range(8)]
+    assert cluster.serving() == "2P(1×tp1+1×tp2)1D(tp2)"

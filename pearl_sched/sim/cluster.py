@@ -570,19 +570,19 @@ class SimCluster:
             dissolved = [s for s in self.slots if taken & set(s.gpu_ids)]
             if not dissolved or not all(s.available for s in dissolved):
                 continue  # GPUs the cluster does not have now: nothing to form
-            leftover: list[str] = []
+            leftover: list[tuple[str, Zone]] = []
             for slot in dissolved:
                 self._stop(slot)
                 self._mark(slot, "off")
                 self.slots.remove(slot)
                 del self.by_id[slot.id]
                 changed.append(slot.id)
-                leftover += [g for g in slot.gpu_ids if g not in taken]
+                leftover += [(g, slot.zone) for g in slot.gpu_ids if g not in taken]
             new = _Slot(action.worker_id, action.zone, action.gpu_ids, dp=action.dp)
             self._add_slot(new)
             changed.append(new.id)
-            for gpu in leftover:
-                self._add_slot(_Slot(self._free_id(f"w-{gpu}-tp1"), action.zone, (gpu,)))
+            for gpu, zone in leftover:
+                self._add_slot(_Slot(self._free_id(f"w-{gpu}-tp1"), zone, (gpu,)))
         return changed
 
     def _add_slot(self, slot: _Slot) -> None:
