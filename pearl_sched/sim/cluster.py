@@ -500,7 +500,8 @@ class SimCluster:
         before = {d.tp: d for d in self.pearl_params.devices} if self.pearl_params is not None else {}
         own = self._refit_tp(self.tp, before.get(self.tp))
         if own is None:
-            self.telemetry_rejections.append(f"step {self.step}: too few decode batch sizes to refit step times")
+            why = "too few decode batch sizes" if self.size.dp == 1 else "attention-DP ranks' steps are not refitted"
+            self.telemetry_rejections.append(f"step {self.step}: {why} to refit step times")
             return
         devices = [own]
         if self.worker_sizes is not None:
