@@ -195,3 +195,15 @@ def test_gpus_a_regroup_leaves_over_stay_in_the_cluster_as_one_gpu_slots() -> No
     state = cluster.observe()
     assert sorted(g.id for g in state.gpus if g.zone is Zone.DEDICATED) == [f"d{i}" for i in range(8)]
     assert cluster.serving() == "2P(1×tp1+1×tp2)1D(tp2)"
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"colocated": [2, 16]}, "worker size tp16 needs more GPUs than a simulated node holds \\(8\\)"),
+        ({"colocated": [2, {"tp": 4, "dp": 4}]}, "worker size tp4dp4 has attention-DP, which only the aiconfigurator"),
+    ],
+)
+def test_a_scenario_refuses_worker_sizes_the_simulator_cannot_run_in_one_line(sizes: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Scenario.model_validate({**tiny().model_dump(), "worker_sizes": sizes})

@@ -47,6 +47,7 @@ from pearl_sched.profiles import telemetry as series
 from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, observe_serving, refit, refit_serving
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, Engine, PoolChange, RolloutSimulation
+from pearl_sched.sim.scenario import GPUS_PER_NODE
 from pearl_sched.sim.setting import Setting
 from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import (
@@ -315,7 +316,7 @@ class SimCluster:
                 gpus.append(
                     GPU(
                         id=g,
-                        node=f"node-{g[0]}{int(g[1:]) // 8}",
+                        node=f"node-{g[0]}{int(g[1:]) // GPUS_PER_NODE}",
                         type=self.setting.gpu_type,
                         zone=slot.zone,
                         available=slot.available,

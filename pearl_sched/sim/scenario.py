@@ -22,6 +22,9 @@ from pearl_sched.state import Frozen, NonNegFloat, PosFloat, WorkerSize, WorkerS
 
 SHIPPED = Path(__file__).resolve().parent / "scenarios"
 
+GPUS_PER_NODE = 8
+"""GPUs of one simulated node (the cluster numbers each zone's GPUs in nodes of 8, as H100/H200 servers hold)."""
+
 
 class ScenarioError(PearlSchedError, ValueError):
     """A scenario that cannot be loaded; the message names the file and the field."""
@@ -181,9 +184,21 @@ class Scenario(Frozen):
         return value
 
     @model_validator(mode="after")
-    def _dp_divides_tp(self) -> Scenario:
+    def _sizes_the_simulator_runs(self) -> Scenario:
         if self.tp % self.attention_dp:
             raise ValueError(f"attention_dp ({self.attention_dp}) must divide tp ({self.tp})")
+        sizes = [self.size] + [
+            z for role in (self.worker_sizes.by_role() if self.worker_sizes else {}).values() for z in role
+        ]
+        for size in sizes:
+            if size.tp > GPUS_PER_NODE:
+                raise ValueError(
+                    f"worker size {size.label} needs more GPUs than a simulated node holds ({GPUS_PER_NODE})"
+                )
+            if size.dp > 1 and self.step_times != "aiconfigurator-core":
+                raise ValueError(
+                    f"worker size {size.label} has attention-DP, which only the aiconfigurator-core step times model"
+                )
         return self
 
     @property

@@ -93,7 +93,7 @@ class Setting:
 
         Raises:
             ScenarioError: The system file cannot be read or lacks ``mem_capacity``, ``bfloat16_tc_flops`` or
-                ``inter_node_bw``.
+                ``inter_node_bw``, or a worker size's GPUs cannot hold the weights.
             ProfileFormatError: The GPU's kernel tables are missing or malformed (kernel step times).
             MissingExtraError: ``step_times: aiconfigurator-core`` without the ``aic`` extra installed.
             AicCoverageError: aiconfigurator-core does not cover the scenario's model, GPU or backend.
@@ -105,7 +105,7 @@ class Setting:
             if key not in system:
                 raise ScenarioError(f"{system_dir / scenario.gpu}.yaml: no {key}")
         config = shipped_config(scenario.model)
-        return cls(
+        setting = cls(
             scenario=scenario,
             config=config,
             steps=step_times_for(scenario, data),
@@ -117,6 +117,12 @@ class Setting:
             gpu_memory_bytes=system["mem_capacity"],
             data=data,
         )
+        for size in setting.sizes:  # a size whose weights do not fit is refused now, not when a plan first uses it
+            try:
+                setting.kv_pool_tokens_for(size)
+            except ValueError as exc:
+                raise ScenarioError(f"scenario {scenario.name}: worker size {size.label}: {exc}") from None
+        return setting
 
     # -- SGLang's memory settings (sim/memory.py) -----------------------------------------------------------
     @property
