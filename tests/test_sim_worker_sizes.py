@@ -200,8 +200,8 @@ def test_gpus_a_regroup_leaves_over_stay_in_the_cluster_as_one_gpu_slots() -> No
 @pytest.mark.parametrize(
     ("sizes", "message"),
     [
-        ({"colocated": [2, 16]}, "worker size tp16 needs more GPUs than a simulated node holds \\(8\\)"),
-        ({"colocated": [2, {"tp": 4, "dp": 4}]}, "worker size tp4dp4 has attention-DP, which only the aiconfigurator"),
+        ({"colocated": [2, 16]}, "worker_sizes: a worker of 16 GPUs needs more than a simulated node holds \\(8\\)"),
+        ({"colocated": [2, {"tp": 4, "dp": 4}]}, "attention-DP \\(4 ranks\\) needs the aiconfigurator-core step times"),
     ],
 )
 def test_a_scenario_refuses_worker_sizes_the_simulator_cannot_run_in_one_line(sizes: object, message: str) -> None:

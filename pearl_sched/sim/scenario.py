@@ -187,17 +187,17 @@ class Scenario(Frozen):
     def _sizes_the_simulator_runs(self) -> Scenario:
         if self.tp % self.attention_dp:
             raise ValueError(f"attention_dp ({self.attention_dp}) must divide tp ({self.tp})")
-        sizes = [self.size] + [
-            z for role in (self.worker_sizes.by_role() if self.worker_sizes else {}).values() for z in role
-        ]
-        for size in sizes:
-            if size.tp > GPUS_PER_NODE:
-                raise ValueError(
-                    f"worker size {size.label} needs more GPUs than a simulated node holds ({GPUS_PER_NODE})"
-                )
+        declared = [z for role in (self.worker_sizes.by_role() if self.worker_sizes else {}).values() for z in role]
+        for size in [self.size, *declared]:
             if size.dp > 1 and self.step_times != "aiconfigurator-core":
                 raise ValueError(
-                    f"worker size {size.label} has attention-DP, which only the aiconfigurator-core step times model"
+                    f"a worker size with attention-DP ({_show(size.dp)} ranks) needs the aiconfigurator-core step times"
+                )
+        for size in declared:  # the scenario's own tp is held to LIMITS when the file loads
+            if size.tp > GPUS_PER_NODE:
+                raise ValueError(
+                    f"worker_sizes: a worker of {_show(size.tp)} GPUs needs more than a simulated node holds"
+                    f" ({GPUS_PER_NODE})"
                 )
         return self
 
