@@ -132,6 +132,14 @@ def test_a_regroup_restarts_the_gpus_as_a_worker_of_the_new_size_at_its_cost_ste
     # and the batch still finishes every trajectory
     assert not cluster.advance(math.inf)
     assert cluster.batch.unfinished == 0
+    # the planners' devices are refitted per TP degree from the steps that degree's workers reported
+    cluster.finish_batch()
+    assert cluster.pearl_params is not None
+    devices = {d.tp: d for d in cluster.pearl_params.devices}
+    prior = {d.tp: d for d in setting.pearl_params.devices}
+    assert set(devices) == set(prior) == {1, 2, 4}
+    assert devices[4] != prior[4] and devices[2] != prior[2]  # refitted from their own workers' steps
+    assert devices[1] == prior[1]  # no TP1 worker ran: the prior stays
 
 
 @pytest.mark.needs_data

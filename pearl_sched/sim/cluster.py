@@ -152,20 +152,31 @@ class ObservedStepTimes:
 
     def fit(self, prior: DeviceParams) -> DeviceParams | None:
         """PEARL's ``t_p`` and ``A + b·n`` fitted to this batch's samples (None without two batch sizes)."""
+        decode = self._decode_fit()
+        if self.prefill_nn <= 0 or decode is None:
+            return None
+        return prior.model_copy(update={"prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12), **decode})
+
+    def fit_partial(self, prior: DeviceParams) -> DeviceParams | None:
+        """Like :meth:`fit`, but a side without samples keeps ``prior``'s parameters; None when neither has any.
+
+        For a worker size that served one role only (a TP4 decode worker never prefills in PD).
+        """
+        update = self._decode_fit() or {}
+        if self.prefill_nn > 0:
+            update["prefill_s_per_token"] = max(self.prefill_nt / self.prefill_nn, 1e-12)
+        return prior.model_copy(update=update) if update else None
+
+    def _decode_fit(self) -> dict[str, float] | None:
+        """``A`` and ``b`` by least squares over the decode iterations (None without two batch sizes)."""
         k = self.decode_k
         spread = k * self.decode_bb - self.decode_b**2
-        if self.prefill_nn <= 0 or k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
+        if k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
             return None
         per_sequence = (k * self.decode_bt - self.decode_b * self.decode_t) / spread
         per_sequence = max(per_sequence, 1e-12)
         fixed = max(0.0, (self.decode_t - per_sequence * self.decode_b) / k)
-        return prior.model_copy(
-            update={
-                "prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12),
-                "decode_iteration_s": fixed,
-                "decode_per_seq_s": per_sequence,
-            }
-        )
+        return {"decode_iteration_s": fixed, "decode_per_seq_s": per_sequence}
 
 
 @dataclass(frozen=True)
@@ -542,7 +553,9 @@ class SimCluster:
         observers = [o for size, o in self.observers.items() if size.tp == tp and size.dp == 1]
         if not observers:
             return None
-        observed = max(observers, key=lambda o: o.decode_k).fit(template)  # the size that ran most
+        busiest = max(observers, key=lambda o: o.decode_k)  # the size that ran most
+        # its own degree from complete samples (as before sizes); another from what its workers ran, the rest prior
+        observed = busiest.fit(template) if tp == self.tp else busiest.fit_partial(template)
         if observed is None:
             return None
         if previous is not None:
