@@ -49,6 +49,10 @@ class HighsBackend:
             ("presolve", "off"),
             ("mip_detect_symmetry", False),
             ("mip_heuristic_run_feasibility_jump", False),
+            # One thread: HiGHS's MIP search runs on one thread whatever the pool (its docs name symmetry
+            # detection, off here, as the parallel part) and returned the same plans, but keeping a second
+            # worker thread in step cost about 3x the solve time on a loaded 2-core machine (benchmarks.md).
+            ("threads", 1),
             ("time_limit", float(time_limit_s)),
         ):
             h.setOptionValue(option, value)
@@ -58,7 +62,11 @@ class HighsBackend:
             solution.col_value = list(model.hint)
             solution.value_valid = True
             h.setSolution(solution)
-        h.run()
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # HiGHS's thread pool is per process: when other code made it with more threads first, HiGHS refuses
+            # ``threads=1`` before solving; the pool it has then solves the same search.
+            h.setOptionValue("threads", 0)
+            h.run()
         status = h.getModelStatus()
         info = h.getInfo()
         wall = time.perf_counter() - start
