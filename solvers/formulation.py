@@ -67,6 +67,12 @@ from pearl_sched.state import Mode, Role
 
 _CUT_TOLERANCE = 1e-6
 _MAX_CUT_ROUNDS = 60
+_REFINE_WINDOW = 8
+"""Lattice steps on each side of the incumbent capacity that a round's chords cover (one role weight only).
+
+The loop closes in on the optimum a few steps at a time: at 1,024 GPUs of one type, chords one step either side
+took 7 rounds a solve, eight steps 4-5 (plan() 96 -> 69 ms CPU, the same plans; benchmarks.md).
+"""
 
 
 @dataclass
@@ -448,7 +454,7 @@ def _solve_mode(
             if role in candidate.pool_times_s and e > 0:
                 exact = candidate.pool_times_s[role]
                 if model_t < exact - _CUT_TOLERANCE * max(1.0, exact):
-                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=1))
+                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=_REFINE_WINDOW))
                     tight = False
         if tight and (result.status == "optimal" or result.rounded_optimal):
             return MilpOutcome(best, result.status, bound, wall, rounds, rounding)
