@@ -18,6 +18,10 @@ server API") and its rules:
   so far; ``retract``/``in_place`` hold them until ``/continue_generation``);
 * ``/update_weights_from_disk`` and ``/init_weights_update_group`` + ``/update_weights_from_distributed``, which
   set ``weight_version``.
+* worker sizes: ``--tp-size``, ``--dp-size`` with ``--enable-dp-attention``, ``--attn-dp-size`` (0.5.23 on) and
+  ``--ep-size`` are taken and reported in ``/server_info`` as the release resolves them (``tp_size``,
+  ``dp_size``, ``attn_dp_size``, ``enable_dp_attention``, ``ep_size``); a layout SGLang refuses stops it at start.
+  ``fake_cuda_visible_devices`` (the fake's own field) says which GPUs it was given.
 
 **Versions.** ``--fake-version`` (default the newest in :data:`FAKE_VERSIONS`) picks the release it imitates,
 with that release's flags and routes from :mod:`~pearl_sched.adapters.sglang_versions`: a flag the release does
