@@ -187,6 +187,7 @@ class SGLangCluster:
     expert_parallel: bool = False  # MoE: launch workers of TP > 1 with --ep-size = TP (experts over the group)
     _slots: dict[str, _Slot] = field(default_factory=dict, init=False)
     _gpus: dict[str, GPUSpec] = field(default_factory=dict, init=False)
+    _down: set[str] = field(default_factory=set, init=False)  # unavailable GPUs that no slot holds
     _reclaim_in_s: float = field(default=0.0, init=False)
     _weight_version: str | None = field(default=None, init=False)
     _running: tuple[Action, str] | None = field(default=None, init=False)  # the journaled action in progress
@@ -251,6 +252,22 @@ class SGLangCluster:
         if not available and slot.role is not None:
             self._forget(slot)
 
+    def set_gpu_available(self, gpu_id: str, available: bool) -> None:
+        """A preemption notice for one GPU (or its return); a slot holding it goes with it (:meth:`set_available`).
+
+        Raises:
+            InvalidArgumentError: ``gpu_id`` is not one of this cluster's GPUs.
+        """
+        if gpu_id not in self._gpus:
+            raise InvalidArgumentError(f"GPU {gpu_id} is not one of this cluster's GPUs")
+        holder = next((s for s in self._slots.values() if gpu_id in s.spec.gpu_ids), None)
+        if holder is not None:
+            self.set_available(holder.spec.id, available)
+        elif available:
+            self._down.discard(gpu_id)
+        else:
+            self._down.add(gpu_id)
+
     def set_reclaim_in(self, seconds: float) -> None:
         """Seconds until the trainer needs the overlap GPUs (0 while it trains)."""
         self._reclaim_in_s = max(0.0, seconds)
@@ -294,7 +311,7 @@ class SGLangCluster:
                 workers.append(
                     Worker(id=spec.id, gpu_ids=spec.gpu_ids, role=Role.DECODE, status=Status.INACTIVE, dp=spec.dp)
                 )
-        gpus.extend(self._gpu(g, available=True) for g in self._gpus.values() if g.id not in held)
+        gpus.extend(self._gpu(g, available=g.id not in self._down) for g in self._gpus.values() if g.id not in held)
         usable = sum(1 for g in gpus if g.available)
         if self.max_gpus is not None:
             usable = min(usable, self.max_gpus)
@@ -466,11 +483,10 @@ class SGLangCluster:
             values = sorted({str(getattr(g, attr)) for g in members})
             if len(values) > 1:
                 raise InvalidArgumentError(f"{where}: its GPUs mix {attr}s {values}; nothing was changed")
-        down = [
-            s.spec.id for s in self._slots.values() if not s.available and set(s.spec.gpu_ids) & set(action.gpu_ids)
-        ]
-        if down:
-            raise InvalidArgumentError(f"{where}: its GPUs are unavailable (slot(s) {down}); nothing was changed")
+        down = {g for s in self._slots.values() if not s.available for g in s.spec.gpu_ids} | self._down
+        lost = [g for g in action.gpu_ids if g in down]
+        if lost:
+            raise InvalidArgumentError(f"{where}: GPU(s) {lost} are unavailable (preempted); nothing was changed")
         return members[0].zone
 
     def _free_ports(self) -> list[int]:

@@ -404,6 +404,13 @@ def test_a_worker_that_cannot_be_formed_is_refused_before_anything_is_touched(tm
                 adapter.apply(target)
             after = (adapter.observe(), dict(adapter.gateway.registered()), adapter.journal.path.read_bytes())
             assert after == before, f"{message}: the cluster changed"
+        adapter.set_gpu_available("n1-gpu1", False)  # a preemption notice for a GPU no slot holds
+        assert not adapter.observe().gpu_index()["n1-gpu1"].available
+        with pytest.raises(InvalidArgumentError, match=r"GPU\(s\) \['n1-gpu1'\] are unavailable \(preempted\)"):
+            adapter.apply(Regroup(Mode.COLOCATED, {"w00": C, "w01": C}, (new_worker("x", ["n1-gpu1"], C),)))
+        with pytest.raises(InvalidArgumentError, match="not one of this cluster's GPUs"):
+            adapter.set_gpu_available("n9-gpu0", False)
+        adapter.set_gpu_available("n1-gpu1", True)
         adapter.ports = ()
         with pytest.raises(InvalidArgumentError, match=r"need 2 ports \(HTTP and bootstrap\)"):
             adapter.apply(Regroup(Mode.COLOCATED, {"w00": C, "w01": C}, (new_worker("x", ["n1-gpu0"], C),)))
