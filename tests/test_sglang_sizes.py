@@ -23,7 +23,7 @@ from pearl_sched.adapters.launcher import FAKE, ServerSpec, SubprocessLauncher, 
 from pearl_sched.adapters.rollout import RolloutClient
 from pearl_sched.adapters.sglang import GPUSpec, SGLangCluster, SlotSpec, local_slots
 from pearl_sched.adapters.sglang_versions import RELEASES, gated_flags, release_for
-from pearl_sched.control import Assignment
+from pearl_sched.control import Assignment, ControlLoop, Event, EventKind, PlannerDecider
 from pearl_sched.planner import plan
 from pearl_sched.plans import Action, ActionKind
 from pearl_sched.predictors import make_predictor
@@ -288,6 +288,32 @@ def test_the_mixed_size_example_is_applied_end_to_end(tmp_path: Path, smg: Gatew
         again = plan(live, model, current=p, costs=request.costs, policy=request.policy)
         assert not again.actions, again.decision.reason  # the live cluster is the plan's fixed point
         assert adapter.apply(p).changed == ()  # re-applying does nothing
+    finally:
+        close(adapter)
+
+
+@pytest.mark.integration
+def test_the_control_loop_regroups_the_live_cluster_once(tmp_path: Path, smg: Gateway) -> None:
+    request = PlanRequest.model_validate_json((ROOT / "examples" / "mixed-sizes.json").read_text())
+    adapter = mixed_example_cluster(tmp_path, smg, request, NEWEST)
+    try:
+        serving_now = {w.id: w.role for w in request.state.workers if w.status is Status.ACTIVE}
+        adapter.apply(Assignment(Mode.DISAGGREGATED, serving_now))
+        decider = PlannerDecider(
+            "pearl_sched",
+            make_predictor("pearl", request.model),
+            costs=request.costs,
+            policy=request.policy,
+            policy_state=request.policy_state,
+        )
+        loop = ControlLoop(adapter, decider)
+        first = loop.handle(Event(EventKind.STEP_BOUNDARY, 0.0))
+        configured = {s.id for s in adapter.slots}
+        formed = [s for s in adapter.current_slots() if s.id not in configured]
+        assert first.changed > 0 and formed and {len(s.gpu_ids) for s in formed} >= {1, 2}  # regrouped, two sizes
+        check_servers_match_slots(adapter)
+        second = loop.handle(Event(EventKind.STEP_BOUNDARY, 60.0))
+        assert second.changed == 0, second.reason  # observe() → plan() on the live cluster asks for nothing more
     finally:
         close(adapter)
 
