@@ -34,6 +34,7 @@ _EXPORTS = {
     "RolloutClient": "rollout",
     "SGLangCluster": "sglang",
     "SlotSpec": "sglang",
+    "GPUSpec": "sglang",
     "local_slots": "sglang",
     "TorchTrainer": "torch_trainer",
     "FakeSGLangServer": "fake_sglang",

@@ -18,6 +18,10 @@ server API") and its rules:
   so far; ``retract``/``in_place`` hold them until ``/continue_generation``);
 * ``/update_weights_from_disk`` and ``/init_weights_update_group`` + ``/update_weights_from_distributed``, which
   set ``weight_version``.
+* worker sizes: ``--tp-size``, ``--dp-size`` with ``--enable-dp-attention``, ``--attn-dp-size`` (0.5.23 on) and
+  ``--ep-size`` are taken and reported in ``/server_info`` as the release resolves them (``tp_size``,
+  ``dp_size``, ``attn_dp_size``, ``enable_dp_attention``, ``ep_size``); a layout SGLang refuses stops it at start.
+  ``fake_cuda_visible_devices`` (the fake's own field) says which GPUs it was given.
 
 **Versions.** ``--fake-version`` (default the newest in :data:`FAKE_VERSIONS`) picks the release it imitates,
 with that release's flags and routes from :mod:`~pearl_sched.adapters.sglang_versions`: a flag the release does
@@ -44,6 +48,7 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -54,7 +59,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pearl_sched.adapters.sglang_versions import BASE_FLAGS, RELEASES, SGLangRelease, release_for
+from pearl_sched.adapters.sglang_versions import ATTN_DP_SIZE, BASE_FLAGS, RELEASES, SGLangRelease, release_for
 
 logger = logging.getLogger("pearl_sched.adapters.fake_sglang")
 
@@ -72,6 +77,10 @@ class FakeConfig:
     host: str = "127.0.0.1"
     port: int = 30000
     tp_size: int = 1
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    attn_dp_size: int = 1
+    ep_size: int = 1
     base_gpu_id: int = 0
     disaggregation_mode: str = "null"
     disaggregation_transfer_backend: str = "mooncake"
@@ -95,6 +104,42 @@ class FakeConfig:
     def release(self) -> SGLangRelease:
         """The release this fake imitates."""
         return release_for(self.version)
+
+    def parallelism(self) -> dict[str, Any]:
+        """The parallel layout as SGLang resolves it and reports it in ``/server_info``.
+
+        Before 0.5.23 attention-DP is ``dp_size`` with ``enable_dp_attention``; from 0.5.23 it is ``attn_dp_size``
+        (the old spelling resolved into it, ``dp_size`` back to 1, ``enable_dp_attention`` reporting whether
+        attention-DP runs: ``_handle_deprecated_dp_attention`` and ``ServerArgs.resolved_dict`` there).
+
+        Raises:
+            ValueError: a layout SGLang refuses at start (attention-DP not dividing TP, ``ep_size`` not 1 or TP,
+                attention-DP given both ways on 0.5.23).
+        """
+        attention_dp = self.attn_dp_size
+        dp = self.dp_size
+        if self.enable_dp_attention and dp > 1:
+            if attention_dp > 1:
+                raise ValueError(f"--dp-size {dp} with --attn-dp-size {attention_dp}: give one")
+            attention_dp = dp
+        if self.tp_size % attention_dp:
+            raise ValueError(f"tp_size {self.tp_size} is not divisible by the attention-DP size {attention_dp}")
+        if self.ep_size not in (1, self.tp_size):
+            raise ValueError("ep_size * moe_dp_size must be equal to tp_size")
+        if ATTN_DP_SIZE in self.release.flags:
+            return {
+                "tp_size": self.tp_size,
+                "dp_size": 1 if attention_dp > 1 else dp,
+                "attn_dp_size": attention_dp,
+                "enable_dp_attention": attention_dp > 1,
+                "ep_size": self.ep_size,
+            }
+        return {
+            "tp_size": self.tp_size,
+            "dp_size": attention_dp if attention_dp > 1 else dp,
+            "enable_dp_attention": attention_dp > 1,
+            "ep_size": self.ep_size,
+        }
 
 
 @dataclass
@@ -134,6 +179,7 @@ class FakeSGLangServer:
         at launch.
         """
         self.config = config
+        self.layout = config.parallelism()
         self.state = _State(role=config.disaggregation_mode)
         if config.disaggregation_mode == "decode":
             self.state.decode_cuda_graph_bs = FAKE_DECODE_CUDA_GRAPH_BS
@@ -191,9 +237,9 @@ class FakeSGLangServer:
             "model_path": c.model_path,
             "tokenizer_path": c.model_path,
             "served_model_name": c.model_path,
-            "tp_size": c.tp_size,
-            "dp_size": 1,
+            **self.layout,
             "base_gpu_id": c.base_gpu_id,
+            "fake_cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # the fake's: which GPUs it got
             "disaggregation_mode": c.disaggregation_mode if launch else s.role,
             "disaggregation_transfer_backend": c.disaggregation_transfer_backend,
             "disaggregation_bootstrap_port": self.bootstrap_port,
@@ -607,6 +653,11 @@ def launch_parser(version: str = VERSION) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--dp-size", type=int, default=1)
+    p.add_argument("--enable-dp-attention", action="store_true")
+    p.add_argument("--ep-size", type=int, default=1)
+    if release.has(ATTN_DP_SIZE):
+        p.add_argument(ATTN_DP_SIZE, type=int, default=1)
     p.add_argument("--base-gpu-id", type=int, default=0)
     p.add_argument("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
     p.add_argument("--disaggregation-transfer-backend", default="mooncake", choices=release.transfer_backends)
@@ -617,7 +668,7 @@ def launch_parser(version: str = VERSION) -> argparse.ArgumentParser:
     for flag in sorted(BASE_FLAGS - modelled):
         p.add_argument(flag)  # accepted, not modelled
     gated = set().union(*(r.flags for r in RELEASES)) - BASE_FLAGS
-    for flag in sorted(gated & release.flags):
+    for flag in sorted((gated & release.flags) - modelled):
         if flag.startswith("--enable-"):
             p.add_argument(flag, action="store_true")
         else:
@@ -644,6 +695,10 @@ def parse_args(argv: list[str]) -> FakeConfig:
         host=args.host,
         port=args.port,
         tp_size=args.tp_size,
+        dp_size=args.dp_size,
+        enable_dp_attention=args.enable_dp_attention,
+        attn_dp_size=getattr(args, "attn_dp_size", 1),
+        ep_size=args.ep_size,
         base_gpu_id=args.base_gpu_id,
         disaggregation_mode=args.disaggregation_mode,
         disaggregation_transfer_backend=args.disaggregation_transfer_backend,

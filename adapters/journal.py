@@ -70,10 +70,15 @@ class Replay:
         pids: Slot id → identity of the server process its last action started (``started`` or ``done``).
         unfinished: Records of actions that began and never ended.
         done: How many actions finished.
+        slots: Slot id → the spec (``slot`` of its expand's ``begin`` record) of each worker a regroup formed
+            and no later record dissolved, in the order they were formed.
+        dissolved: Slots whose GPUs a regroup took (a ``done`` record with ``dissolved``), not formed again since.
     """
 
     roles: dict[str, str | None] = field(default_factory=dict)
     pids: dict[str, ProcessIdentity] = field(default_factory=dict)
+    slots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dissolved: set[str] = field(default_factory=set)
     unfinished: list[dict[str, Any]] = field(default_factory=list)
     done: int = 0
 
@@ -181,6 +186,9 @@ class Journal:
             key = (record["plan"], action["worker_id"])
             if record["phase"] == "begin":
                 open_[key] = record
+                if isinstance(record.get("slot"), dict):  # a worker a regroup forms
+                    out.slots[action["worker_id"]] = record["slot"]
+                    out.dissolved.discard(action["worker_id"])
                 continue
             if record["phase"] == "started":  # a server the action started, before it ended
                 identity = ProcessIdentity.from_record(record)
@@ -188,6 +196,9 @@ class Journal:
                     out.pids[action["worker_id"]] = identity
                 continue
             open_.pop(key, None)
+            if record["phase"] == "done" and record.get("dissolved") is True:
+                out.slots.pop(action["worker_id"], None)
+                out.dissolved.add(action["worker_id"])
             if record["phase"] == "done":
                 out.done += 1
                 out.roles[action["worker_id"]] = action.get("to_role")

@@ -38,6 +38,7 @@ from pearl_sched.adapters.http import (
 )
 from pearl_sched.adapters.processes import owns_listening_port
 from pearl_sched.adapters.sglang_versions import (
+    ATTN_DP_SIZE,
     ENABLE_PD_ROLE_SWITCH,
     NEWEST,
     SGLangRelease,
@@ -62,6 +63,14 @@ RESERVED_FLAGS = (
     "--disaggregation-mode",
     "--disaggregation-transfer-backend",
     "--disaggregation-bootstrap-port",
+    "--dp-size",
+    "--data-parallel-size",
+    "--enable-dp-attention",
+    "--attn-dp-size",
+    "--attention-data-parallel-size",
+    "--ep-size",
+    "--expert-parallel-size",
+    "--ep",
 )
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -108,6 +117,7 @@ class ServerSpec:
     api_key: str | None = field(default=None, repr=False)
     sglang_version: str | None = None  # the servers' SGLang; None: the installed one, else the newest known
     dp: int = 1  # attention data-parallel ranks over the TP group (MoE worker sizes, docs/state.md)
+    ep: int = 1  # expert-parallel ranks: 1 (experts tensor-parallel) or the TP degree (SGLang: ep × moe_dp = tp)
 
     def __post_init__(self) -> None:
         """Validate every value that will reach the argv.
@@ -129,6 +139,11 @@ class ServerSpec:
             raise InvalidArgumentError(f"server {self.slot}: gpu_ids {self.gpu_ids!r} must be device indices")
         if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1 or len(self.gpu_ids) % self.dp:
             raise InvalidArgumentError(f"server {self.slot}: dp={self.dp!r} must divide its {len(self.gpu_ids)} GPUs")
+        if self.ep not in (1, len(self.gpu_ids)):
+            raise InvalidArgumentError(
+                f"server {self.slot}: ep={self.ep!r} must be 1 or its TP degree {len(self.gpu_ids)}"
+                " (SGLang requires ep_size × moe_dp_size = tp_size)"
+            )
         if self.api_key is not None:
             validate_api_key(self.api_key, what=f"server {self.slot}: API key")
         check_server_args(self.model_path, self.extra_args)
@@ -178,8 +193,7 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
             argv.append(ENABLE_PD_ROLE_SWITCH)
     elif spec.role != "regular":
         raise ValueError(f"server role must be regular, prefill or decode, not {spec.role!r}")
-    if spec.dp > 1:  # attention-DP inside the TP group: a worker size of docs/state.md
-        argv += ["--dp-size", str(spec.dp), "--enable-dp-attention"]
+    argv += size_flags(spec.dp, spec.ep, release)
     if spec.enable_memory_saver:
         argv.append("--enable-memory-saver")
     if spec.api_key is not None:
@@ -190,6 +204,23 @@ def server_argv(spec: ServerSpec, command: Sequence[str] = SGLANG) -> list[str]:
         if parser is not None:
             check_argv(argv[len(command) :], parser)
     return argv
+
+
+def size_flags(dp: int, ep: int, release: SGLangRelease) -> list[str]:
+    """The flags beyond ``--tp-size`` that give a server its worker size, as ``release`` spells them.
+
+    Attention-DP (``dp`` > 1): ``--attn-dp-size dp`` where the release has it (0.5.23 on), else
+    ``--dp-size dp --enable-dp-attention`` (the spelling 0.5.23 deprecates). Expert parallelism (``ep`` > 1):
+    ``--ep-size ep``, in every release of the table.
+    """
+    flags: list[str] = []
+    if dp > 1:
+        flags += (
+            [ATTN_DP_SIZE, str(dp)] if release.has(ATTN_DP_SIZE) else ["--dp-size", str(dp), "--enable-dp-attention"]
+        )
+    if ep > 1:
+        flags += ["--ep-size", str(ep)]
+    return flags
 
 
 class Handle(Protocol):

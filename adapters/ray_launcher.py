@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,19 @@ try:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError as exc:  # pragma: no cover - the ray extra installs it
     raise MissingExtraError(exc.name or "ray", "ray") from exc
+
+
+def bundle(spec: ServerSpec, node_ip: str | None = None) -> dict[str, float]:
+    """The one placement-group bundle of ``spec``'s worker: its TP degree in GPUs and a CPU, on one node.
+
+    A worker's size is its bundle: a TP4 worker asks ``{"GPU": 4, "CPU": 1}`` and, under ``STRICT_PACK``, gets
+    four GPUs of one node; a plan that mixes sizes gets one such group per worker, each of its own size. With
+    ``node_ip`` the bundle also takes a sliver of Ray's ``node:<ip>`` resource, which only that node has.
+    """
+    out: dict[str, float] = {"GPU": float(len(spec.gpu_ids)), "CPU": 1.0}
+    if node_ip is not None:
+        out[f"node:{node_ip}"] = 0.001
+    return out
 
 
 class _ServerActor:
@@ -84,6 +97,7 @@ class RayLauncher:
         log_dir: str | None = None,
         placement_timeout_s: float = 60.0,
         allow_no_api_key: bool = False,
+        node_ips: Mapping[str, str] | None = None,
     ):
         """Launch on the Ray cluster this process is connected to.
 
@@ -92,6 +106,10 @@ class RayLauncher:
             log_dir: where each server's log goes, on the node that runs it.
             placement_timeout_s: seconds to wait for a node with the GPUs free.
             allow_no_api_key: start servers without an API key even though they listen on the node's address.
+            node_ips: pearl_sched node name (``ServerSpec.node``, the ``node`` of the cluster's GPUs) → the IP of
+                the Ray node that has those GPUs: each bundle then also asks for that node's ``node:<ip>``
+                resource, so a worker lands on the node the plan put it on. Without it Ray picks any node with
+                the GPUs free.
 
         Raises:
             AdapterError: ``ray.init`` has not been called.
@@ -102,6 +120,7 @@ class RayLauncher:
         self.log_dir = log_dir
         self.placement_timeout_s = placement_timeout_s
         self.allow_no_api_key = allow_no_api_key
+        self.node_ips = dict(node_ips or {})
         self._actor: Any = ray.remote(_ServerActor)
 
     def start(self, spec: ServerSpec, *, ready_timeout_s: float = 600.0) -> RayHandle:
@@ -120,13 +139,16 @@ class RayLauncher:
                 f" {API_KEY_ENV} (or ServerSpec.api_key), or make the launcher with allow_no_api_key=True"
             )
         tp = len(spec.gpu_ids)
-        group = placement_group([{"GPU": tp, "CPU": 1}], strategy="STRICT_PACK", name=f"pearl-sched-{spec.slot}")
+        node_ip = self.node_ips.get(spec.node) if spec.node is not None else None
+        group = placement_group([bundle(spec, node_ip)], strategy="STRICT_PACK", name=f"pearl-sched-{spec.slot}")
         try:
             ray.get(group.ready(), timeout=self.placement_timeout_s)
         except Exception as exc:
             remove_placement_group(group)
+            where = f"node {spec.node} ({node_ip})" if node_ip is not None else "no node"
+            has = "does not have" if node_ip is not None else "has"
             raise AdapterError(
-                f"no node has {tp} free GPU(s) for {spec.slot} within {self.placement_timeout_s:g} s: {exc}"
+                f"{where} {has} {tp} free GPU(s) for {spec.slot} (TP{tp}) within {self.placement_timeout_s:g} s: {exc}"
             ) from None
         env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         actor: Any = self._actor.options(

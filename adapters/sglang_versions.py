@@ -49,12 +49,17 @@ BASE_FLAGS = frozenset(
         "--nnodes",
         "--node-rank",
         "--disable-cuda-graph",
-        # Attention-DP for MoE worker sizes; in SGLang's server arguments since 0.4 (not re-read from each wheel).
+        # Worker sizes (docs/adapters.md, "Worker sizes"): in every wheel of the table. 0.5.23 deprecates
+        # ``--dp-size N --enable-dp-attention`` for ``--attn-dp-size N`` (srt/arg_groups/parallel_hook.py
+        # ``_handle_deprecated_dp_attention``) but still accepts it.
         "--dp-size",
         "--enable-dp-attention",
+        "--ep-size",
     }
 )
 ENABLE_PD_ROLE_SWITCH = "--enable-pd-role-switch"
+ATTN_DP_SIZE = "--attn-dp-size"
+"""Attention-DP groups inside the TP group (0.5.23 on: srt/arg_groups/fields/parallel.py ``attn_dp_size``)."""
 ADMIN_API_KEY = "--admin-api-key"
 ENABLE_WEIGHTS_CPU_BACKUP = "--enable-weights-cpu-backup"
 GATED_LAUNCH_PORT = "--gated-launch-port"
@@ -163,7 +168,8 @@ RELEASES: tuple[SGLangRelease, ...] = (
     ),
     SGLangRelease(
         version="0.5.23",
-        flags=BASE_FLAGS | {ADMIN_API_KEY, ENABLE_WEIGHTS_CPU_BACKUP, ENABLE_PD_ROLE_SWITCH, GATED_LAUNCH_PORT},
+        flags=BASE_FLAGS
+        | {ADMIN_API_KEY, ENABLE_WEIGHTS_CPU_BACKUP, ENABLE_PD_ROLE_SWITCH, GATED_LAUNCH_PORT, ATTN_DP_SIZE},
         server_info_path="/server_info",
         model_info_path="/model_info",
         has_v1_loads=True,

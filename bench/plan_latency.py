@@ -20,15 +20,24 @@ space there (one size per slot, as in the paper's search), so its objective is n
 
 ``backend=auto`` is plan() with its default settings (the measured default backend).
 
+``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
+``git archive``, its own bench run there for the same cases), so before and after come from one run under one
+load: each case's line for the working tree (``code=worktree``) is followed by REF's (``code=<REF>``).
+
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
-    [--worker-sizes one,mixed]
+    [--worker-sizes one,mixed] [--compare REF]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,8 +48,10 @@ from pearl_sched.config import TransitionCosts
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.request import PlanRequest
+from pearl_sched.shared_data import DATA_ENV, default_data
 from pearl_sched.solvers import available_backends
 
+ROOT = Path(__file__).resolve().parent.parent
 SLOW_BACKEND_BUDGET_S = 20.0
 MODEL = PearlMakespanModel(PARAMS)
 MIXED = PlanRequest.model_validate_json(
@@ -130,15 +141,68 @@ def measure(
     return times, cpu, result
 
 
+def unpack_revision(ref: str, into: Path) -> Path:
+    """The repository at ``ref``, unpacked under ``into`` and importable as it would be installed.
+
+    The package maps some folders into ``pearl_sched`` (``[tool.setuptools.package-dir]``); links in the
+    unpacked tree make the same map, so that tree's code, not the installed one, is imported there.
+    """
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
+    tree = into / "tree"
+    tree.mkdir()
+    archive_path = into / "tree.tar"
+    archive_path.write_bytes(archive)
+    with tarfile.open(archive_path) as tar:
+        tar.extractall(tree, filter="data")
+    for package, folder in _package_dirs((tree / "pyproject.toml").read_text()).items():
+        link = tree / package.replace(".", "/")
+        if package != folder and not link.exists():
+            link.symlink_to((tree / folder).resolve(), target_is_directory=True)
+    return tree
+
+
+def _package_dirs(pyproject: str) -> dict[str, str]:
+    """``[tool.setuptools.package-dir]`` of a pyproject.toml (quoted keys and values; tomllib is 3.11+)."""
+    table = re.search(r"^\[tool\.setuptools\.package-dir\]\n(.*?)(?:^\[|\Z)", pyproject, re.M | re.S)
+    return dict(re.findall(r'^"([^"]+)"\s*=\s*"([^"]*)"', table.group(1), re.M)) if table else {}
+
+
+def reference_lines(tree: Path, gpus: int, args: argparse.Namespace) -> dict[tuple[str, ...], str]:
+    """The bench at the unpacked revision, for ``gpus``: its lines by (types, sizes, backend)."""
+    command = [sys.executable, str(tree / "bench" / "plan_latency.py"), "--sizes", str(gpus), "--repeats"]
+    command += [str(args.repeats), "--backends", args.backends, "--worker-sizes", args.worker_sizes]
+    env = {**os.environ, DATA_ENV: str(default_data())}
+    out = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
+    lines = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split()[1:])
+        lines[fields["types"], fields["sizes"], fields["backend"]] = line
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="16,64,256,1024,4096")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--backends", default=",".join(["auto", *available_backends(), "enumeration"]))
     parser.add_argument("--worker-sizes", default="one,mixed", help="one (sizes=1), mixed (three per role), or both")
+    parser.add_argument("--compare", metavar="REF", help="also measure the code at this git revision")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="plan-latency-") as scratch:
+        try:
+            tree = unpack_revision(args.compare, Path(scratch)) if args.compare else None
+            run_cases(args, tree)
+        except subprocess.CalledProcessError as exc:  # git archive, or the revision's own bench
+            detail = (exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or "").strip()
+            last = detail.splitlines()[-1] if detail else f"exit status {exc.returncode}"
+            sys.exit(f"--compare {args.compare}: {Path(str(exc.cmd[0])).name} failed: {last}")
+
+
+def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
+    """Measure every case; with ``tree`` (the ``--compare`` revision), its line follows each of ours."""
     cases = args.worker_sizes.split(",")
     for gpus in (int(s) for s in args.sizes.split(",")):
+        reference = reference_lines(tree, gpus, args) if tree is not None else {}
         runs: list[tuple[int, str, ClusterState, MakespanModel, TransitionCosts | None]] = []
         if "one" in cases:
             runs += [(types, "1", cluster(gpus, types), MODEL, None) for types in (1, 2)]
@@ -149,12 +213,16 @@ def main() -> None:
                 times, cpu, result = measure(state, backend, args.repeats, model, costs)
                 p50 = statistics.median(times)
                 p95 = sorted(times)[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-                print(
+                line = (
                     f"plan_latency gpus={gpus} types={types} sizes={label} backend={backend} p50_ms={p50:.1f}"
                     f" p95_ms={p95:.1f} cpu_p50_ms={statistics.median(cpu):.1f}"
-                    f" objective={result.objective_s:.4f} plan={result.ratio}",  # type: ignore[attr-defined]
-                    flush=True,
+                    f" objective={result.objective_s:.4f} plan={result.ratio}"  # type: ignore[attr-defined]
                 )
+                if tree is None:
+                    print(line, flush=True)
+                    continue
+                print(f"{line} code=worktree", flush=True)
+                print(f"{reference.get((str(types), label, backend), 'plan_latency missing')} code={args.compare}")
 
 
 if __name__ == "__main__":

@@ -110,15 +110,12 @@ class PoolLedger:
 
 def pool_violation(problem: ClassProblem, counts: Counts) -> str | None:
     """The first node-block row of ``problem.pools`` that ``counts`` break, or None."""
-    for pool in problem.pools:
-        for block, limit in pool.block_gpus.items():
-            used = sum(
-                c.tp * sum(n)
-                for c, n in zip(problem.classes, counts, strict=True)
-                if c.pool == pool.key and c.tp >= block
-            )
-            if used > limit:
-                return f"{pool.key}: {used} GPUs in workers of TP>={block}, {limit} available"
+    if len(counts) != len(problem.classes):
+        raise ValueError(f"{len(counts)} count vectors for {len(problem.classes)} classes")
+    for pool_key, block, limit, members in problem.node_block_rows:
+        used = sum(problem.classes[k].tp * sum(counts[k]) for k in members)
+        if used > limit:
+            return f"{pool_key}: {used} GPUs in workers of TP>={block}, {limit} available"
     return None
 
 
@@ -135,6 +132,20 @@ class ClassProblem:
     admission_pause_s: float
     modes: tuple[Mode, ...] = (Mode.COLOCATED, Mode.DISAGGREGATED)
     pools: tuple[GpuPool, ...] = ()
+
+    @functools.cached_property
+    def node_block_rows(self) -> tuple[tuple[str, int, int, tuple[int, ...]], ...]:
+        """Per pool and block size, in the pools' order: (pool key, block, limit B_ps, the classes it counts)."""
+        return tuple(
+            (
+                pool.key,
+                block,
+                limit,
+                tuple(k for k, c in enumerate(self.classes) if c.pool == pool.key and c.tp >= block),
+            )
+            for pool in self.pools
+            for block, limit in pool.block_gpus.items()
+        )
 
     def with_classes(self, classes: Sequence[SlotClass]) -> ClassProblem:
         """The same problem over other classes."""
@@ -180,30 +191,39 @@ def capacity(problem: ClassProblem, counts: Counts) -> dict[Role, float]:
 
 
 def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution | None:
-    """The exact objective of a configuration, or ``None`` when it breaks a constraint."""
+    """The exact objective of a configuration, or ``None`` when it breaks a constraint.
+
+    Called for every candidate of the enumeration and every solver answer, so it makes one pass over the
+    classes; the sums run in class order, as :func:`capacity` does, so the floats are the same.
+    """
     if mode not in problem.modes:
         return None
+    memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
+    prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
     totals = [0, 0, 0]
+    cap = [0.0, 0.0, 0.0]
     gpus = 0
-    kv = {role: 0.0 for role in ROLES}
-    prefill_rate = {role: 0.0 for role in ROLES}
-    transition_s = 0.0
+    kv = prefill_rate = transition_s = 0.0
     starts = False
     for cls, n in zip(problem.classes, counts, strict=True):
-        if sum(n) > cls.size or min(n) < 0:
+        used = n[0] + n[1] + n[2]
+        if used > cls.size or min(n) < 0:
             return None
+        cost, weight = cls.cost, cls.weight
         for i, role in enumerate(ROLES):
-            if n[i] and role not in cls.eligible:
-                return None
-            totals[i] += n[i]
-            kv[role] += cls.kv_bytes * n[i]
-            prefill_rate[role] += cls.prefill_tokens_per_s * n[i]
-            transition_s += cls.cost[role] * n[i]
+            if n[i]:
+                if role not in cls.eligible:
+                    return None
+                totals[i] += n[i]
+                transition_s += cost[role] * n[i]
+                cap[i] += weight.get(role, 0.0) * n[i]
         if cls.fixed and cls.current_role is not None and n[ROLES.index(cls.current_role)] != cls.size:
             return None
-        transition_s += cls.cost[None] * (cls.size - sum(n))
-        gpus += cls.tp * sum(n)
-        starts = starts or (cls.pauses_admission and sum(n) > 0)
+        kv += cls.kv_bytes * n[memory]
+        prefill_rate += cls.prefill_tokens_per_s * n[prefill]
+        transition_s += cost[None] * (cls.size - used)
+        gpus += cls.tp * used
+        starts = starts or (cls.pauses_admission and used > 0)
     if gpus > problem.max_gpus:
         return None
     if problem.pools and pool_violation(problem, counts) is not None:
@@ -212,19 +232,15 @@ def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution
     for i, role in enumerate(ROLES):
         if (role in active) != (totals[i] > 0):
             return None
-    memory_role = Role.DECODE if mode is Mode.DISAGGREGATED else Role.COLOCATED
-    if kv[memory_role] < problem.kv_required_bytes:
+    if kv < problem.kv_required_bytes or prefill_rate < problem.min_prefill_tokens_per_s:
         return None
-    prefill_role = Role.PREFILL if mode is Mode.DISAGGREGATED else Role.COLOCATED
-    if prefill_rate[prefill_role] < problem.min_prefill_tokens_per_s:
-        return None
-    cap = capacity(problem, counts)
-    pool_times = {role: problem.terms.pool(role).time_s(cap[role]) for role in active}
+    capacities = dict(zip(ROLES, cap, strict=True))
+    pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
     makespan_s = max(pool_times.values()) + problem.terms.environment_s
     if starts:
         transition_s += problem.admission_pause_s
     objective_s = problem.unfinished_fraction * makespan_s + transition_s
-    return ClassSolution(mode, counts, makespan_s, pool_times, transition_s, objective_s, cap)
+    return ClassSolution(mode, counts, makespan_s, pool_times, transition_s, objective_s, capacities)
 
 
 def brute_force(problem: ClassProblem) -> ClassSolution | None:

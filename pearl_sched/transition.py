@@ -258,13 +258,17 @@ def apply_actions(state: ClusterState, actions: Iterable[Action]) -> ClusterStat
         worker = workers[action.worker_id]
         if action.to_role is None:
             if action.kind is ActionKind.RETURN:
-                workers[worker.id] = worker.model_copy(update={"role": Role.TRAINING, "status": Status.ACTIVE})
+                update: dict[str, object] = {"role": Role.TRAINING, "status": Status.ACTIVE}
             else:
-                workers[worker.id] = worker.model_copy(update={"status": Status.INACTIVE, "inflight_tokens": 0})
+                update = {"status": Status.INACTIVE, "inflight_tokens": 0}
         else:
-            workers[worker.id] = worker.model_copy(update={"role": action.to_role, "status": Status.ACTIVE})
+            update = {"role": action.to_role, "status": Status.ACTIVE}
+        workers[worker.id] = Worker.model_validate({**worker.model_dump(), **update})
     order = [w.id for w in state.workers if w.id in workers] + added
-    return ClusterState.model_validate({**state.model_dump(), "workers": [workers[w].model_dump() for w in order]})
+    # Every worker and GPU here is a validated instance (pydantic keeps instances as they are), so only the
+    # state's own cross-field rules run again, not every GPU's and worker's.
+    fields = {name: getattr(state, name) for name in type(state).model_fields}
+    return ClusterState.model_validate({**fields, "workers": tuple(workers[w] for w in order)})
 
 
 def chosen_sizes(state: ClusterState, actions: Iterable[Action]) -> dict[Role, Counter[str]]:

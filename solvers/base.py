@@ -53,6 +53,22 @@ class LinearModel:
         self.row_names.append(name)
         return len(self.rows) - 1
 
+    def with_rows_of(self, other: LinearModel) -> LinearModel:
+        """A copy of this model with ``other``'s rows added after its own (``other``'s columns are ignored)."""
+        return LinearModel(
+            names=[*self.names],
+            lb=[*self.lb],
+            ub=[*self.ub],
+            integer=[*self.integer],
+            cost=[*self.cost],
+            offset=self.offset,
+            rows=[*self.rows, *other.rows],
+            row_lo=[*self.row_lo, *other.row_lo],
+            row_hi=[*self.row_hi, *other.row_hi],
+            row_names=[*self.row_names, *other.row_names],
+            hint=self.hint,
+        )
+
     @property
     def num_vars(self) -> int:
         """Number of columns."""

@@ -39,8 +39,34 @@ def usable_workers(problem: ClassProblem) -> int:
     return workers
 
 
-def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
-    """Per-class counts reaching ``targets`` with the fewest changes (PEARL Eq. 5–6), or ``None``."""
+def _fill_order(problem: ClassProblem) -> dict[Role, list[int]]:
+    """Per role, the classes that fill a deficit, in the order they fill it.
+
+    New workers before re-roled survivors, then decode on stable GPUs first and prefill on volatile ones first;
+    the same for every candidate of a search, so a search sorts once.
+    """
+    order = {}
+    for role in (Role.DECODE, Role.COLOCATED, Role.PREFILL):
+        volatile_first = role is Role.PREFILL
+        order[role] = sorted(
+            (k for k, c in enumerate(problem.classes) if role in c.eligible and not c.fixed),
+            key=lambda k: (
+                problem.classes[k].current_role is not None,  # new workers before re-roled survivors
+                -_STABILITY[problem.classes[k].zone] if volatile_first else _STABILITY[problem.classes[k].zone],
+                k,
+            ),
+        )
+    return order
+
+
+def assign(
+    problem: ClassProblem, targets: dict[Role, int], order: dict[Role, list[int]] | None = None
+) -> Counts | None:
+    """Per-class counts reaching ``targets`` with the fewest changes (PEARL Eq. 5–6), or ``None``.
+
+    ``order`` is ``_fill_order(problem)``, for a caller that assigns many targets.
+    """
+    order = order if order is not None else _fill_order(problem)
     counts = [[0, 0, 0] for _ in problem.classes]
     free = [c.size for c in problem.classes]
     gpus_left = problem.max_gpus
@@ -56,16 +82,7 @@ def assign(problem: ClassProblem, targets: dict[Role, int]) -> Counts | None:
             remaining[role] -= keep
             gpus_left -= keep * cls.tp
     for role in (Role.DECODE, Role.COLOCATED, Role.PREFILL):  # decode picks stable GPUs before prefill
-        volatile_first = role is Role.PREFILL
-        order = sorted(
-            (k for k, c in enumerate(problem.classes) if role in c.eligible and not c.fixed),
-            key=lambda k: (
-                problem.classes[k].current_role is not None,  # new workers before re-roled survivors
-                -_STABILITY[problem.classes[k].zone] if volatile_first else _STABILITY[problem.classes[k].zone],
-                k,
-            ),
-        )
-        for k in order:
+        for k in order[role]:
             if remaining.get(role, 0) <= 0:
                 break
             cls = problem.classes[k]
@@ -126,8 +143,9 @@ def _best_of(problem: ClassProblem, n: int, window: int | None) -> ClassSolution
             centre = _balance_point(problem, n)
             splits = range(max(1, centre - window), min(n - 1, centre + window) + 1)
         candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in splits)
+    order = _fill_order(problem)
     for mode, targets in candidates:
-        counts = assign(problem, targets)
+        counts = assign(problem, targets, order)
         if counts is None:
             continue
         solution = evaluate(problem, mode, counts)

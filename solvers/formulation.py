@@ -67,6 +67,12 @@ from pearl_sched.state import Mode, Role
 
 _CUT_TOLERANCE = 1e-6
 _MAX_CUT_ROUNDS = 60
+_REFINE_WINDOW = 8
+"""Lattice steps on each side of the incumbent capacity that a round's chords cover (one role weight only).
+
+The loop closes in on the optimum a few steps at a time: at 1,024 GPUs of one type, chords one step either side
+took 7 rounds a solve, eight steps 4-5 (plan() 96 -> 69 ms CPU, the same plans; benchmarks.md).
+"""
 
 
 @dataclass
@@ -75,6 +81,17 @@ class _Columns:
     mode: int
     makespan: int
     admission: int | None
+    weights: dict[Role, list[tuple[int, float]]]  # per role: (column of y_kr, κ_kr), what every cut row repeats
+
+    @classmethod
+    def of(
+        cls, problem: ClassProblem, y: dict[tuple[int, Role], int], mode: int, makespan: int, admission: int | None
+    ) -> _Columns:
+        """The columns, with each role's capacity terms gathered once for the cuts."""
+        weights: dict[Role, list[tuple[int, float]]] = {role: [] for role in ROLES}
+        for (k, role), j in y.items():
+            weights[role].append((j, problem.classes[k].weight[role]))
+        return cls(y, mode, makespan, admission, weights)
 
 
 def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]) -> tuple[LinearModel, _Columns]:
@@ -105,7 +122,7 @@ def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]
     admission = _admission_pause(model, problem, y)
     # Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps  (node blocks)
     _node_blocks(model, problem, y)
-    columns = _Columns(y, m, t, admission)
+    columns = _Columns.of(problem, y, m, t, admission)
     # T ≥ c_j + s_j·E_r − M·[r inactive]  for every cut j of role r
     for role, intercept, slope in cuts:
         add_cut(model, problem, columns, role, intercept, slope)
@@ -243,7 +260,7 @@ def add_cut(
     model: LinearModel, problem: ClassProblem, columns: _Columns, role: Role, intercept: float, slope: float
 ) -> None:
     """Add ``T ≥ intercept + slope·E_role``, switched off (by the mode variable) when the role is off."""
-    row = {j: -slope * problem.classes[k].weight[r] for (k, r), j in columns.y.items() if r == role}
+    row = {j: -slope * weight for j, weight in columns.weights[role]}
     row[columns.makespan] = 1.0
     name = f"makespan_cut[{role.value}]"
     if role is Role.COLOCATED:  # active when m = 0:  T − slope·E + intercept·m ≥ intercept
@@ -401,8 +418,14 @@ def _solve_mode(
     cuts = initial_cuts(problem, hint)
     best: ClassSolution | None = hint
     bound, wall, rounding = -math.inf, 0.0, 0.0
+    # The model without cuts is written once; each round adds the cut rows (kept from round to round) after it,
+    # so a round's model is build_model(problem, cuts), row for row.
+    without_cuts, columns = build_model(problem, [])
+    cut_rows = LinearModel()
     for rounds in range(1, _MAX_CUT_ROUNDS + 1):
-        model, columns = build_model(problem, cuts)
+        for role, intercept, slope in cuts[len(cut_rows.rows) :]:
+            add_cut(cut_rows, problem, columns, role, intercept, slope)
+        model = without_cuts.with_rows_of(cut_rows)
         if cutoff is not None:  # cuts under-estimate, so any solution better than the cutoff satisfies this
             model.add_row(
                 {j: c for j, c in enumerate(model.cost) if c},
@@ -431,7 +454,7 @@ def _solve_mode(
             if role in candidate.pool_times_s and e > 0:
                 exact = candidate.pool_times_s[role]
                 if model_t < exact - _CUT_TOLERANCE * max(1.0, exact):
-                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=1))
+                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=_REFINE_WINDOW))
                     tight = False
         if tight and (result.status == "optimal" or result.rounded_optimal):
             return MilpOutcome(best, result.status, bound, wall, rounds, rounding)

@@ -44,11 +44,17 @@ class HighsBackend:
             ("random_seed", 0),
             ("mip_rel_gap", 0.0),
             ("mip_abs_gap", 1e-9),
-            # Measured on the class-level model (tens of integers): presolve, symmetry detection and the
-            # feasibility-jump heuristic cost more than they save; the search stays exact.
-            ("presolve", "off"),
+            # Measured on the class-level model (tens of integers): symmetry detection and the feasibility-jump
+            # heuristic cost more than they save, and so does presolve on small clusters; on large ones (integer
+            # columns ranging over more than _PRESOLVE_ABOVE_RANGE values) presolve's bound tightening cut the
+            # search 2-9x (benchmarks.md). The search stays exact either way.
+            ("presolve", "on" if _widest_integer_range(model) > _PRESOLVE_ABOVE_RANGE else "off"),
             ("mip_detect_symmetry", False),
             ("mip_heuristic_run_feasibility_jump", False),
+            # One thread: HiGHS's MIP search runs on one thread whatever the pool (its docs name symmetry
+            # detection, off here, as the parallel part) and returned the same plans, but keeping a second
+            # worker thread in step cost about 3x the solve time on a loaded 2-core machine (benchmarks.md).
+            ("threads", 1),
             ("time_limit", float(time_limit_s)),
         ):
             h.setOptionValue(option, value)
@@ -58,7 +64,11 @@ class HighsBackend:
             solution.col_value = list(model.hint)
             solution.value_valid = True
             h.setSolution(solution)
-        h.run()
+        if h.run() == highspy.HighsStatus.kError and h.getModelStatus() == highspy.HighsModelStatus.kNotset:
+            # HiGHS's thread pool is per process: when other code made it with more threads first, HiGHS refuses
+            # ``threads=1`` before solving; the pool it has then solves the same search.
+            h.setOptionValue("threads", 0)
+            h.run()
         status = h.getModelStatus()
         info = h.getInfo()
         wall = time.perf_counter() - start
@@ -77,6 +87,15 @@ class HighsBackend:
             float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else float(info.objective_function_value)
         )
         return SolveResult(kind, values, float(info.objective_function_value), bound, wall)
+
+
+_PRESOLVE_ABOVE_RANGE = 64
+"""Presolve pays off once some integer column ranges over more values than this (measured: it cost 10-60% more
+on the 64-GPU bench models, widest range 8-26, and saved 35-90% on the 1,024- and 4,096-GPU ones, widest 96-871)."""
+
+
+def _widest_integer_range(model: LinearModel) -> float:
+    return max((hi - lo for lo, hi, is_int in zip(model.lb, model.ub, model.integer, strict=True) if is_int), default=0)
 
 
 def _to_highs_lp(highspy: Any, model: LinearModel) -> Any:

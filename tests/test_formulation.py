@@ -10,6 +10,8 @@ Invariants checked on random tiny instances (hypothesis):
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -192,3 +194,23 @@ def test_model_rows_are_named_after_the_docstring(problem: ClassProblem) -> None
     assert families.count("makespan_cut") == len(initial_cuts(problem))
     ranks = [ROW_FAMILIES.index(f) for f in families]
     assert ranks == sorted(ranks)
+
+
+def test_highs_solves_when_its_thread_pool_was_made_with_more_threads() -> None:
+    """HiGHS refuses ``threads=1`` once another caller in the process made its pool larger; the backend still solves."""
+    script = """
+import highspy
+from pearl_sched.solvers.base import LinearModel
+from pearl_sched.solvers.highs import HighsBackend
+other = highspy.Highs()
+other.setOptionValue("output_flag", False)
+other.setOptionValue("threads", 2)
+other.run()
+model = LinearModel()
+x = model.add_var("x", 0.0, 10.0, integer=True, cost=-1.0)
+model.add_row({x: 2.0}, hi=7.0)
+result = HighsBackend().solve(model, time_limit_s=5.0)
+print(result.status, result.values)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "optimal (3.0,)"

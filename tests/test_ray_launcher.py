@@ -62,3 +62,33 @@ def test_servers_on_node_addresses_need_an_api_key_unless_told(local_ray: None, 
             assert client.server_info()["model_path"] == "fake/model"  # no key needed: it was allowed
     finally:
         launcher.stop(handle)
+
+
+def test_a_plan_that_mixes_sizes_gets_one_bundle_of_its_size_per_worker_on_the_named_node(
+    local_ray: None, tmp_path: Path
+) -> None:
+    ip = ray.util.get_node_ip_address()
+    launcher = RayLauncher(FAKE, log_dir=str(tmp_path), placement_timeout_s=5.0, node_ips={"node-a": ip})
+    ports = free_ports(3)
+    tp2 = ServerSpec("w-tp2", "regular", "fake/model", ports[0], gpu_ids=(0, 1), dp=2, node="node-a", api_key=KEY)
+    tp1 = ServerSpec("w-tp1", "regular", "fake/model", ports[1], gpu_ids=(2,), node="node-a", api_key=KEY)
+    handles = [launcher.start(spec, ready_timeout_s=60) for spec in (tp2, tp1)]
+    try:
+        assert [h.group.bundle_specs for h in handles] == [
+            [{"GPU": 2.0, "CPU": 1.0, f"node:{ip}": 0.001}],
+            [{"GPU": 1.0, "CPU": 1.0, f"node:{ip}": 0.001}],
+        ]
+        assert not set(handles[0].devices) & set(handles[1].devices)  # no GPU in two workers
+        for handle, (tp, dp) in zip(handles, [(2, 2), (1, 1)], strict=True):
+            assert len(handle.devices) == tp
+            with SGLangServerClient(handle.spec.url, api_key=KEY) as client:
+                info = client.server_info()
+            assert info.get("attn_dp_size", info["dp_size"]) == dp and info["tp_size"] == tp
+            assert info["fake_cuda_visible_devices"] == ",".join(str(d) for d in handle.devices)
+    finally:
+        for handle in handles:
+            launcher.stop(handle)
+    elsewhere = RayLauncher(FAKE, log_dir=str(tmp_path), placement_timeout_s=2.0, node_ips={"node-b": "10.255.0.9"})
+    spec = ServerSpec("w-b", "regular", "fake/model", ports[2], gpu_ids=(0,), node="node-b", api_key=KEY)
+    with pytest.raises(AdapterError, match=r"node node-b \(10.255.0.9\) does not have 1 free GPU"):
+        elsewhere.start(spec, ready_timeout_s=60)

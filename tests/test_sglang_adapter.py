@@ -47,9 +47,9 @@ WORKLOAD = Workload(
 )
 
 
-def slots_on_free_ports(count: int, zone: Zone, prefix: str) -> list[SlotSpec]:
+def slots_on_free_ports(count: int, zone: Zone, prefix: str, first_device: int = 0) -> list[SlotSpec]:
     ports = free_ports(2 * count)
-    base = local_slots(count, zone=zone, prefix=prefix)
+    base = local_slots(count, zone=zone, prefix=prefix, first_device=first_device)
     return [
         SlotSpec(s.id, s.gpu_ids, s.devices, ports[2 * i], zone, bootstrap_port=ports[2 * i + 1])
         for i, s in enumerate(base)
@@ -99,7 +99,8 @@ def cluster(
     tmp_path: Path, smg_available: None, sglang_version: str
 ) -> Iterator[tuple[SGLangCluster, RecordingTrainer]]:
     dedicated = slots_on_free_ports(4, Zone.DEDICATED, "w")
-    overlap = slots_on_free_ports(2, Zone.OVERLAP, "t")
+    overlap = slots_on_free_ports(2, Zone.OVERLAP, "t", first_device=4)  # devices 4-5: 0-3 are the w slots'
+
     (port, metrics) = free_ports(2)
     gateway = Gateway(port=port, metrics_port=metrics, log_dir=tmp_path).start()
     trainer = RecordingTrainer([g for s in overlap for g in s.gpu_ids])

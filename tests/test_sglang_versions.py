@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pearl_sched.adapters.fake_sglang import FAKE_VERSIONS, launch_parser, parse_args
@@ -71,3 +73,6 @@ def test_launch_argv_passes_the_installed_sglang_s_own_parser() -> None:
     assert version is not None
     for role in ("regular", "prefill", "decode"):
         check_argv(server_argv(spec(role, version), SGLANG)[len(SGLANG) :], sglang_parser())  # type: ignore[arg-type]
+        for tp, dp, ep in [(2, 1, 1), (4, 2, 1), (8, 8, 8), (4, 1, 4)]:  # worker sizes, as the release spells them
+            sized = dataclasses.replace(spec(role, version), gpu_ids=tuple(range(tp)), dp=dp, ep=ep)
+            check_argv(server_argv(sized, SGLANG)[len(SGLANG) :], sglang_parser())  # type: ignore[arg-type]

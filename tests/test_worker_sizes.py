@@ -9,6 +9,7 @@ the packing condition; the TP-dependent start costs reproduce PEARL Table 3 at T
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -268,10 +269,20 @@ def test_gpu_type_is_per_worker_in_the_sized_classes() -> None:
 def test_a_worker_with_attention_dp_launches_with_dp_attention() -> None:
     from pearl_sched.adapters.launcher import FAKE, ServerSpec, server_argv
 
-    spec = ServerSpec(slot="w-a0-tp4dp4", role="decode", model_path="m", port=30000, gpu_ids=(0, 1, 2, 3), dp=4)
+    spec = ServerSpec(
+        slot="w-a0-tp4dp4",
+        role="decode",
+        model_path="m",
+        port=30000,
+        gpu_ids=(0, 1, 2, 3),
+        dp=4,
+        sglang_version="0.5.21",
+    )
     argv = server_argv(spec, FAKE)
     assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--dp-size") + 1] == "4"
     assert "--enable-dp-attention" in argv
+    newest = server_argv(dataclasses.replace(spec, sglang_version="0.5.23"), FAKE)  # 0.5.23 deprecates that spelling
+    assert newest[newest.index("--attn-dp-size") + 1] == "4" and "--enable-dp-attention" not in newest
     plain = server_argv(ServerSpec(slot="w", role="decode", model_path="m", port=30000, gpu_ids=(0, 1)), FAKE)
     assert "--dp-size" not in plain and "--enable-dp-attention" not in plain
 

@@ -11,6 +11,7 @@ compared (:mod:`~pearl_sched.sim.baselines`) and the comparison runner (:mod:`~p
 from pearl_sched.sim.availability import AvailabilityTrace, TraceFormatError
 from pearl_sched.sim.rollout import (
     BatchResult,
+    Engine,
     Pool,
     PoolChange,
     RolloutSimulation,
@@ -26,6 +27,7 @@ __all__ = [
     "AvailabilityTrace",
     "BatchResult",
     "ComposedStepTimes",
+    "Engine",
     "LinearStepTimes",
     "Pool",
     "PoolChange",

@@ -41,14 +41,29 @@ from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventK
 from pearl_sched.errors import SimulationError
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ServingParams
+from pearl_sched.plans import ActionKind
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles import telemetry as series
 from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, observe_serving, refit, refit_serving
 from pearl_sched.sim.availability import AvailabilityTrace
-from pearl_sched.sim.rollout import BatchResult, PoolChange, RolloutSimulation
+from pearl_sched.sim.rollout import BatchResult, Engine, PoolChange, RolloutSimulation
+from pearl_sched.sim.scenario import GPUS_PER_NODE
 from pearl_sched.sim.setting import Setting
 from pearl_sched.sim.steptimes import StepTimes
-from pearl_sched.state import GPU, Budget, ClusterState, Mode, Role, Status, Worker, Workload, Zone, ratio_label
+from pearl_sched.state import (
+    GPU,
+    Budget,
+    ClusterState,
+    Mode,
+    Role,
+    Status,
+    Worker,
+    WorkerSize,
+    WorkerSizes,
+    Workload,
+    Zone,
+    ratio_label,
+)
 
 TELEMETRY_ALPHA = 0.3
 """The EWMA weight of each step's telemetry in the planners' workload estimate (profiles/telemetry.py default)."""
@@ -64,9 +79,15 @@ class _Slot:
     role: Role | None = None  # the rollout role it serves or is moving to
     available: bool = True
     ready_at: float = 0.0  # when its current role becomes effective
-    index: int | None = None  # its worker index in the running batch (None: not in it yet)
+    index: int | None = None  # its first worker index in the running batch (None: not in it yet)
     back_at: float = 0.0  # overlap: when the trainer has it again
+    dp: int = 1  # attention-DP ranks: the batch's workers index … index + dp − 1
     prepared_since: float | None = None  # background preparation: when it began on this idle preemptible slot
+
+    @property
+    def size(self) -> WorkerSize:
+        """The slot's worker size: its GPUs and attention-DP ranks."""
+        return WorkerSize(tp=len(self.gpu_ids), dp=self.dp)
 
 
 class ObservedStepTimes:
@@ -132,20 +153,31 @@ class ObservedStepTimes:
 
     def fit(self, prior: DeviceParams) -> DeviceParams | None:
         """PEARL's ``t_p`` and ``A + b·n`` fitted to this batch's samples (None without two batch sizes)."""
+        decode = self._decode_fit()
+        if self.prefill_nn <= 0 or decode is None:
+            return None
+        return prior.model_copy(update={"prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12), **decode})
+
+    def fit_partial(self, prior: DeviceParams) -> DeviceParams | None:
+        """Like :meth:`fit`, but a side without samples keeps ``prior``'s parameters; None when neither has any.
+
+        For a worker size that served one role only (a TP4 decode worker never prefills in PD).
+        """
+        update = self._decode_fit() or {}
+        if self.prefill_nn > 0:
+            update["prefill_s_per_token"] = max(self.prefill_nt / self.prefill_nn, 1e-12)
+        return prior.model_copy(update=update) if update else None
+
+    def _decode_fit(self) -> dict[str, float] | None:
+        """``A`` and ``b`` by least squares over the decode iterations (None without two batch sizes)."""
         k = self.decode_k
         spread = k * self.decode_bb - self.decode_b**2
-        if self.prefill_nn <= 0 or k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
+        if k < 2 or spread <= 1e-9 * max(1.0, k * self.decode_bb):
             return None
         per_sequence = (k * self.decode_bt - self.decode_b * self.decode_t) / spread
         per_sequence = max(per_sequence, 1e-12)
         fixed = max(0.0, (self.decode_t - per_sequence * self.decode_b) / k)
-        return prior.model_copy(
-            update={
-                "prefill_s_per_token": max(self.prefill_nt / self.prefill_nn, 1e-12),
-                "decode_iteration_s": fixed,
-                "decode_per_seq_s": per_sequence,
-            }
-        )
+        return {"decode_iteration_s": fixed, "decode_per_seq_s": per_sequence}
 
 
 @dataclass(frozen=True)
@@ -209,12 +241,15 @@ class SimCluster:
         dedicated_gpus: int | None = None,
         preemptible_gpus: int | None = None,
         allow_borrow: bool = True,
+        worker_sizes: WorkerSizes | None = None,
         background_preparation: bool = False,
     ) -> None:
         """Build the worker slots (one per TP group) of the three zones, no batch running, at time 0.
 
         Dedicated and training (overlap) slots start available, preemptible ones unavailable until the trace
-        brings them; no slot has a rollout role yet.
+        brings them; no slot has a rollout role yet. Every slot has the scenario's worker size; with
+        ``worker_sizes`` the cluster reports them in its state, so a planner may regroup GPUs into workers of those
+        sizes (each a new worker: its preparation for its TP degree, then finalisation).
 
         Args:
             setting: The scenario made concrete (step times, pools, batches, trainer).
@@ -223,6 +258,8 @@ class SimCluster:
             dedicated_gpus: Dedicated rollout GPUs; defaults to the scenario's ``dedicated_rollout_gpus``.
             preemptible_gpus: Most preemptible GPUs at once; defaults to the scenario's ``max_preemptible_gpus``.
             allow_borrow: Whether idle training GPUs may be lent to rollout.
+            worker_sizes: The sizes the planner may choose (the scenario's ``worker_sizes`` for policies that know
+                sizes); None: every worker keeps the scenario's size.
             background_preparation: Whether an arrived preemptible GPU prepares (engine start, weight load) while
                 it does not serve, so that an admission later pays only the preparation left (docs/policies.md,
                 "Preparation progress"); PEARL prepares only once the gate admits (False).
@@ -232,6 +269,8 @@ class SimCluster:
         self.costs = costs
         self.policy = policy or PolicyConfig()
         self.tp = s.tp
+        self.size = s.size
+        self.worker_sizes = worker_sizes
         self.allow_borrow = allow_borrow
         self.background_preparation = background_preparation
         dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
@@ -244,7 +283,8 @@ class SimCluster:
         ):
             for i in range(count // self.tp):
                 gpus = tuple(f"{prefix}{i * self.tp + j}" for j in range(self.tp))
-                self.slots.append(_Slot(f"{prefix}w{i:02d}", zone, gpus, available=zone is not Zone.PREEMPTIBLE))
+                slot = _Slot(f"{prefix}w{i:02d}", zone, gpus, available=zone is not Zone.PREEMPTIBLE, dp=s.attention_dp)
+                self.slots.append(slot)
         self.by_id = {slot.id: slot for slot in self.slots}
         self.now = 0.0
         self.mode = Mode.COLOCATED
@@ -263,6 +303,8 @@ class SimCluster:
         self.trajectory_stats: TrajectoryStats | None = None  # refitted from each finished batch's telemetry
         self.telemetry_rejections: list[str] = []
         self.observed = ObservedStepTimes(setting.steps, setting.step_overhead_s)
+        self.observers = {self.size: self.observed}  # one per worker size in use: each refits its TP's device
+        self.batch_kv_tokens = 0.0  # Σ KV pools of the batch's workers at launch (sglang:max_total_num_tokens)
         self.pearl_params: PearlParams | None = None  # refitted from observed steps; None: the planners' prior
         self.refits = 0
         self.serving_params: ServingParams | None = None  # the improved predictor's, refitted from the SGLang series
@@ -291,7 +333,7 @@ class SimCluster:
                 gpus.append(
                     GPU(
                         id=g,
-                        node=f"node-{g[0]}{int(g[1:]) // 8}",
+                        node=f"node-{g[0]}{int(g[1:]) // GPUS_PER_NODE}",
                         type=self.setting.gpu_type,
                         zone=slot.zone,
                         available=slot.available,
@@ -299,15 +341,16 @@ class SimCluster:
                     )
                 )
             if slot.role is not None:
-                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=slot.role, status=Status.ACTIVE)
+                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=slot.role, status=Status.ACTIVE, dp=slot.dp)
             elif slot.zone is Zone.OVERLAP:
-                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.TRAINING, status=Status.ACTIVE)
+                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.TRAINING, status=Status.ACTIVE, dp=slot.dp)
             else:
                 worker = Worker(
                     id=slot.id,
                     gpu_ids=slot.gpu_ids,
                     role=Role.DECODE,
                     status=Status.INACTIVE,
+                    dp=slot.dp,
                     prepared_s=self.prepared_s(slot),
                 )
             workers.append(worker)
@@ -320,6 +363,7 @@ class SimCluster:
             workers=tuple(workers),
             workload=self.workload(unfinished),
             budget=Budget(max_gpus=usable, allow_borrow=self.allow_borrow),
+            worker_sizes=self.worker_sizes,
         )
 
     def apply(self, target: Target) -> ApplyReport:
@@ -339,7 +383,7 @@ class SimCluster:
             return ApplyReport(deferred=f"a switch to {target.mode.value} waits for the step boundary")
         if self.batch is None:
             self.mode = target.mode
-        changed: list[str] = []
+        changed = self._regroup(target)
         lost = 0.0
         for slot in self.slots:
             new = roles.get(slot.id, slot.role)
@@ -347,7 +391,8 @@ class SimCluster:
                 continue
             if slot.zone is Zone.OVERLAP and new is not None and (not self.allow_borrow or self._trainer_busy()):
                 continue
-            changed.append(slot.id)
+            if slot.id not in changed:  # a new (regrouped) slot is already named
+                changed.append(slot.id)
             old = slot.role
             self._stop(slot)
             if new is None:
@@ -391,8 +436,7 @@ class SimCluster:
         """
         out = dict(self.sglang_totals)
         if self.batch_counts:
-            workers = sum(self.batch_counts.values())
-            out[series.MAX_TOTAL_NUM_TOKENS] = float(self.setting.kv_pool_tokens) * workers
+            out[series.MAX_TOTAL_NUM_TOKENS] = self.batch_kv_tokens
             if "prefill" in self.batch_counts:
                 speed = self.setting.link_bytes_per_s / 1e9 * self.batch_counts["prefill"]
                 out[series.KV_TRANSFER_SPEED] = speed
@@ -470,21 +514,63 @@ class SimCluster:
         )
 
     def _refit_device(self) -> None:
-        """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first)."""
+        """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first).
+
+        One device per TP degree the cluster may run: its own, and with ``worker_sizes`` every degree a planner may
+        choose, each refitted from its own workers' steps. Without a fit of its own degree nothing changes; another
+        degree whose workers did not report two decode batch sizes keeps its previous parameters (at first the
+        setting's prior, fitted to the step times as for the first batch).
+        """
         setting = self.setting
-        previous = self.pearl_params.devices[0] if self.pearl_params is not None else None
-        template = previous or DeviceParams(
-            gpu_type=setting.gpu_type,
-            tp=self.tp,
-            prefill_s_per_token=1.0,
-            decode_iteration_s=1.0,
-            decode_per_seq_s=1.0,
-            kv_capacity_bytes=setting.kv_capacity_bytes,
-        )
-        observed = self.observed.fit(template)
-        if observed is None:
-            self.telemetry_rejections.append(f"step {self.step}: too few decode batch sizes to refit step times")
+        before = {d.tp: d for d in self.pearl_params.devices} if self.pearl_params is not None else {}
+        own = self._refit_tp(self.tp, before.get(self.tp))
+        if own is None:
+            why = "too few decode batch sizes" if self.size.dp == 1 else "attention-DP ranks' steps are not refitted"
+            self.telemetry_rejections.append(f"step {self.step}: {why} to refit step times")
             return
+        devices = [own]
+        if self.worker_sizes is not None:
+            prior = {d.tp: d for d in setting.pearl_params.devices}
+            for tp in sorted({z.tp for z in setting.sizes} - {self.tp}):
+                previous = before.get(tp, prior.get(tp))
+                fitted = self._refit_tp(tp, before.get(tp), template=previous)
+                chosen = fitted or previous
+                if chosen is not None:
+                    devices.append(chosen)
+        self.pearl_params = PearlParams(
+            devices=tuple(devices),
+            switch_overhead_s=0.0,
+            kv_bandwidth_bytes_per_s=setting.link_bytes_per_s,
+            kv_bandwidth_per_prefill_worker=True,
+            source="refitted from observed steps",
+        )
+
+    def _refit_tp(
+        self, tp: int, previous: DeviceParams | None, template: DeviceParams | None = None
+    ) -> DeviceParams | None:
+        """The TP degree's device refitted from its workers' observed steps (EWMA on ``previous``), or None."""
+        setting = self.setting
+        template = (
+            previous
+            or template
+            or DeviceParams(
+                gpu_type=setting.gpu_type,
+                tp=tp,
+                prefill_s_per_token=1.0,
+                decode_iteration_s=1.0,
+                decode_per_seq_s=1.0,
+                kv_capacity_bytes=setting.kv_capacity_bytes,
+            )
+        )
+        # An attention-DP engine's steps are one rank's; PEARL's worker is the engine, so they are not refitted here.
+        observers = [o for size, o in self.observers.items() if size.tp == tp and size.dp == 1]
+        if not observers:
+            return None
+        busiest = max(observers, key=lambda o: o.decode_k)  # the size that ran most
+        # its own degree from complete samples (as before sizes); another from what its workers ran, the rest prior
+        observed = busiest.fit(template) if tp == self.tp else busiest.fit_partial(template)
+        if observed is None:
+            return None
         if previous is not None:
             a = TELEMETRY_ALPHA
             observed = observed.model_copy(
@@ -493,37 +579,75 @@ class SimCluster:
                     for name in ("prefill_s_per_token", "decode_iteration_s", "decode_per_seq_s")
                 }
             )
-        self.pearl_params = PearlParams(
-            devices=(observed,),
-            switch_overhead_s=0.0,
-            kv_bandwidth_bytes_per_s=setting.link_bytes_per_s,
-            kv_bandwidth_per_prefill_worker=True,
-            source="refitted from observed steps",
-        )
+        return observed
 
     # -- transitions ----------------------------------------------------------------------------------------
+    def _regroup(self, target: Target) -> list[str]:
+        """Form the new workers ``target``'s expansions name on regrouped GPUs (worker sizes, docs/state.md).
+
+        The slots holding their GPUs are dissolved: taken out of the running batch (their sequences resubmit) and
+        dropped; a dissolved slot's GPUs that no new worker takes become one-GPU slots without a role. A new
+        worker starts without a role; :meth:`apply` gives it its role after its preparation for its TP degree
+        and finalisation, as any new worker (:meth:`_delay`). Returns the ids of the dissolved and new slots.
+        """
+        changed: list[str] = []
+        for action in getattr(target, "actions", ()):
+            if action.kind is not ActionKind.EXPAND or action.worker_id in self.by_id or action.to_role is None:
+                continue
+            taken = set(action.gpu_ids)
+            dissolved = [s for s in self.slots if taken & set(s.gpu_ids)]
+            if not dissolved or not all(s.available for s in dissolved):
+                continue  # GPUs the cluster does not have now: nothing to form
+            leftover: list[tuple[str, Zone]] = []
+            for slot in dissolved:
+                self._stop(slot)
+                self._mark(slot, "off")
+                self.slots.remove(slot)
+                del self.by_id[slot.id]
+                changed.append(slot.id)
+                leftover += [(g, slot.zone) for g in slot.gpu_ids if g not in taken]
+            new = _Slot(action.worker_id, action.zone, action.gpu_ids, dp=action.dp)
+            self._add_slot(new)
+            changed.append(new.id)
+            for gpu, zone in leftover:
+                self._add_slot(_Slot(self._free_id(f"w-{gpu}-tp1"), zone, (gpu,)))
+        return changed
+
+    def _add_slot(self, slot: _Slot) -> None:
+        self.slots.append(slot)
+        self.by_id[slot.id] = slot
+
+    def _free_id(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.by_id:
+            k += 1
+            name = f"{base}.{k}"
+        return name
+
     def _delay(self, slot: _Slot, old: Role | None, new: Role) -> float:
+        """Seconds before ``slot`` serves ``new``: PEARL Table 3 for the slot's TP degree (``TransitionCosts``)."""
         c = self.costs
+        tp = len(slot.gpu_ids)
         if old is None:
             if slot.zone is Zone.OVERLAP:
                 return c.activation_s
-            return max(0.0, c.preparation_s - self.prepared_s(slot)) + c.finalisation_s
+            return max(0.0, c.preparation_for(tp) - self.prepared_s(slot)) + c.finalisation_s
         if {old, new} == {Role.PREFILL, Role.DECODE}:
             return c.role_switch_s
-        return c.restart_s
+        return c.restart_for(tp)
 
     def prepared_s(self, slot: _Slot) -> float:
         """Seconds of preparation done in the background on an idle, available preemptible slot (else 0)."""
         if slot.prepared_since is None or slot.role is not None or not slot.available:
             return 0.0
-        return min(self.costs.preparation_s, max(0.0, self.now - slot.prepared_since))
+        return min(self.costs.preparation_for(len(slot.gpu_ids)), max(0.0, self.now - slot.prepared_since))
 
     def _stop(self, slot: _Slot) -> None:
         """Take the slot out of the running batch (its sequences resubmit) or cancel its pending join."""
         if self.background_preparation and slot.zone is Zone.PREEMPTIBLE and slot.role is not None:
             # Its engine stays up, out of the gateway, as far as its preparation had got (all of it once serving).
             left = max(0.0, slot.ready_at - self.costs.finalisation_s - self.now)
-            slot.prepared_since = self.now - max(0.0, self.costs.preparation_s - left)
+            slot.prepared_since = self.now - max(0.0, self.costs.preparation_for(len(slot.gpu_ids)) - left)
         if slot.role is not None and self.batch is not None and slot.index is not None:
             self._remove_from_batch(slot)
         self.pending = [(t, s) for t, s in self.pending if s != slot.id]
@@ -533,26 +657,34 @@ class SimCluster:
 
     def _remove_from_batch(self, slot: _Slot) -> None:
         assert self.batch is not None and slot.index is not None
+        ranks = tuple(range(slot.index, slot.index + slot.dp))
         if slot.role is Role.COLOCATED:
-            change = PoolChange(self.now - self.batch_start, remove_colocated=(slot.index,))
+            change = PoolChange(self.now - self.batch_start, remove_colocated=ranks)
         elif slot.role is Role.PREFILL:
-            change = PoolChange(self.now - self.batch_start, remove_prefill=(slot.index,))
+            change = PoolChange(self.now - self.batch_start, remove_prefill=ranks)
         else:
-            change = PoolChange(self.now - self.batch_start, remove_decode=(slot.index,))
+            change = PoolChange(self.now - self.batch_start, remove_decode=ranks)
         self.batch.apply(change)
 
     def _join(self, slot: _Slot) -> None:
         assert self.batch is not None and slot.role is not None
         at = self.now - self.batch_start
+        engine = (self._engine(slot.size),)
         if slot.role is Role.COLOCATED:
             slot.index = len(self.batch.decoders)
-            self.batch.apply(PoolChange(at, add_colocated=1))
+            self.batch.apply(PoolChange(at, add_colocated_engines=engine))
         elif slot.role is Role.PREFILL:
             slot.index = len(self.batch.prefillers)
-            self.batch.apply(PoolChange(at, add_prefill=1))
+            self.batch.apply(PoolChange(at, add_prefill_engines=engine))
         else:
             slot.index = len(self.batch.decoders)
-            self.batch.apply(PoolChange(at, add_decode=1))
+            self.batch.apply(PoolChange(at, add_decode_engines=engine))
+
+    def _engine(self, size: WorkerSize) -> Engine:
+        """A worker of ``size`` for the batch: its step times (recorded by its size's observer) and KV pool."""
+        if size not in self.observers:
+            self.observers[size] = ObservedStepTimes(self.setting.steps_for(size), self.setting.step_overhead_s)
+        return Engine(self.observers[size], self.setting.kv_pool_tokens_for(size), ranks=size.dp)
 
     def _mark(self, slot: _Slot, label: str) -> None:
         self.timeline.append((self.now, slot.id, label))
@@ -576,15 +708,27 @@ class SimCluster:
         serving = [s for s in self.slots if s.role is not None]
         mode = self.mode
         by_role = {r: [s for s in serving if s.role is r] for r in Role}
-        if mode is Mode.COLOCATED:
-            counts = {"colocated": max(1, len(by_role[Role.COLOCATED]))}
-        else:
-            counts = {"prefill": max(1, len(by_role[Role.PREFILL])), "decode": max(1, len(by_role[Role.DECODE]))}
         if (mode is Mode.COLOCATED) != all(s.role is Role.COLOCATED for s in serving):
             raise SimulationError(f"slots serve roles that do not match the {mode.value} mode")
-        pool = dataclasses.replace(self.setting.pool(mode, **counts), step_times=self.observed)
-        self.observed.reset()
+        keys = {Role.COLOCATED: "colocated", Role.PREFILL: "prefill", Role.DECODE: "decode"}
+        roles = (Role.COLOCATED,) if mode is Mode.COLOCATED else (Role.PREFILL, Role.DECODE)
+        # each role's engines in slot order (a role without a slot gets one of the scenario's size, removed at once)
+        engines = {
+            keys[r]: tuple(self._engine(s.size) for s in by_role[r]) or (self._engine(self.size),) for r in roles
+        }
+        counts = {key: len(group) for key, group in engines.items()}
+        ranks = {key: sum(e.ranks for e in group) for key, group in engines.items()}
+        pool = dataclasses.replace(
+            self.setting.pool(mode, **ranks),
+            step_times=self.observed,
+            prefill_engines=engines.get("prefill", ()),
+            decode_engines=engines.get("decode", ()),
+            colocated_engines=engines.get("colocated", ()),
+        )
+        for observer in self.observers.values():
+            observer.reset()
         self.batch_counts = dict(counts)
+        self.batch_kv_tokens = float(sum(e.kv_capacity_tokens * e.ranks for g in engines.values() for e in g))
         self.batch_metrics_start = self.sglang_metrics()
         self.step = step
         self.batch = RolloutSimulation(pool, self.setting.batch(step))
@@ -592,18 +736,17 @@ class SimCluster:
         self.batch_start = self.now
         self.pending = []
         removals: dict[str, list[int]] = {"colocated": [], "prefill": [], "decode": []}
-        for key, role in (("colocated", Role.COLOCATED), ("prefill", Role.PREFILL), ("decode", Role.DECODE)):
-            if key not in counts:
-                continue
-            members = by_role[role]
-            for i in range(counts[key]):
+        for role in roles:
+            key, members, first = keys[role], by_role[role], 0
+            for i, engine in enumerate(engines[key]):
                 if i < len(members) and members[i].ready_at <= self.now:
-                    members[i].index = i
+                    members[i].index = first
                 else:
-                    removals[key].append(i)
+                    removals[key].extend(range(first, first + engine.ranks))
                     if i < len(members):
                         members[i].index = None
                         heapq.heappush(self.pending, (members[i].ready_at, members[i].id))
+                first += engine.ranks
         if any(removals.values()):
             self.batch.apply(
                 PoolChange(
@@ -634,30 +777,40 @@ class SimCluster:
         return running
 
     def set_preemptible(self, gpus: float) -> tuple[int, int]:
-        """The trace says ``gpus`` preemptible GPUs are live: preempt or offer slots; returns (left, joined)."""
+        """The trace says ``gpus`` preemptible GPUs are live: preempt or offer slots; returns (left, joined).
+
+        Counted in GPUs, whole slots at a time: slots leave until the live ones hold at most ``gpus`` GPUs (unused
+        slots first, then those of the role with the most workers), or join, in slot order, while they fit.
+        """
         preemptible = [s for s in self.slots if s.zone is Zone.PREEMPTIBLE]
-        live = min(len(preemptible), int(gpus) // self.tp)
+        live = int(gpus)
         now_live = [s for s in preemptible if s.available]
+        held = sum(len(s.gpu_ids) for s in now_live)
         left = joined = 0
-        if len(now_live) > live:  # unused slots go first, then those of the role with the most workers
-            excess = len(now_live) - live
-            gone = [s for s in now_live if s.role is None][:excess]
+        if held > live:  # unused slots go first, then those of the role with the most workers
+            idle = [s for s in now_live if s.role is None]
             busy = [s for s in now_live if s.role is not None]
-            while len(gone) < excess:
+            gone: list[_Slot] = []
+            while held > live and idle:
+                gone.append(idle.pop(0))
+                held -= len(gone[-1].gpu_ids)
+            while held > live:
                 busy.sort(key=lambda s: (-self._role_count(s.role), s.id))
                 victim = busy.pop(0)
                 self._stop(victim)
                 self._mark(victim, "preempted")
                 self.preempted += 1
                 gone.append(victim)
+                held -= len(victim.gpu_ids)
             for s in gone:
                 s.available = False
                 s.prepared_since = None  # the instance is gone, and its preparation with it
                 left += 1
         else:
             for s in preemptible:
-                if not s.available and len(now_live) + joined < live:
+                if not s.available and held + len(s.gpu_ids) <= live:
                     s.available = True
+                    held += len(s.gpu_ids)
                     if self.background_preparation:
                         s.prepared_since = self.now
                     joined += 1
@@ -697,9 +850,25 @@ class SimCluster:
         return result, back, borrowed
 
     def serving(self) -> str:
-        """The configuration in force, e.g. ``3P5D`` or ``6C``."""
-        roles = [s.role for s in self.slots if s.role is not None]
-        return ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
+        """The configuration in force, e.g. ``3P5D`` or ``6C``; with workers of other sizes, e.g. ``2P(tp1)3D(tp2)``.
+
+        A role with several sizes lists them, e.g. ``3P(2×tp1+1×tp2)``; the sizes are shown only when some serving
+        worker is not of the scenario's size.
+        """
+        serving = [s for s in self.slots if s.role is not None]
+        roles = [s.role for s in serving]
+        label = ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
+        if all(s.size == self.size for s in serving):
+            return label
+        parts = []
+        for role, letter in ((Role.PREFILL, "P"), (Role.DECODE, "D"), (Role.COLOCATED, "C")):
+            sizes = sorted((s.size for s in serving if s.role is role), key=lambda z: (z.tp, z.dp))
+            if not sizes:
+                continue
+            counts = {z.label: sizes.count(z) for z in dict.fromkeys(sizes)}
+            inner = next(iter(counts)) if len(counts) == 1 else "+".join(f"{n}×{z}" for z, n in counts.items())
+            parts.append(f"{len(sizes)}{letter}({inner})")
+        return "".join(parts)
 
 
 def _refresh_model(decider: Decider, params: PearlParams | None, serving: ServingParams | None = None) -> None:
@@ -942,11 +1111,14 @@ def run_segment(
     dedicated_gpus: int | None = None,
     preemptible_gpus: int | None = None,
     progress: Callable[[float], None] | None = None,
+    worker_sizes: WorkerSizes | None = None,
     background_preparation: bool = False,
 ) -> SegmentResult:
     """Run ``decider`` over one availability segment (``trace``: rollout GPUs, dedicated included).
 
-    ``background_preparation``: arrived preemptible GPUs prepare while not serving (:class:`SimCluster`).
+    ``worker_sizes`` (for a decider that chooses sizes) is reported in the cluster's state; without it every worker
+    keeps the scenario's size. ``background_preparation``: arrived preemptible GPUs prepare while not serving
+    (:class:`SimCluster`).
     """
     s = setting.scenario
     dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
@@ -957,6 +1129,7 @@ def run_segment(
         dedicated_gpus=dedicated,
         preemptible_gpus=preemptible_gpus,
         allow_borrow=allow_borrow,
+        worker_sizes=worker_sizes,
         background_preparation=background_preparation,
     )
     loop = ControlLoop(cluster, decider)

@@ -34,14 +34,32 @@ from pearl_sched.sim.setting import Setting
 SLOW_POLICIES = ("oracle-hindsight", "oracle-lookahead", "oracle-static")
 """The policies that simulate ahead: several times a planner's run, so their runs are started first."""
 
+SIZED_POLICIES = ("pearl_sched", "pearl_sched-no-borrow", "pearl_sched-one-batch", "pearl_sched-prepared", "ungated")
+"""The policies that may choose worker sizes (pearl_sched's planner) when the scenario declares ``worker_sizes``;
+every other one (PEARL-faithful, the baselines, the oracles) keeps the scenario's one size."""
+
 
 def costs_for(scenario: Scenario) -> TransitionCosts:
-    """PEARL Table 3 for the scenario's model (Qwen3-8B's for others), scaled by ``cost_scale``."""
+    """PEARL Table 3 for the scenario's model (Qwen3-8B's for others), scaled by ``cost_scale``.
+
+    With ``worker_sizes``, a new worker's preparation is per TP degree
+    (:meth:`~pearl_sched.config.TransitionCosts.pearl_table3_by_tp`, the extrapolation the planner charges too).
+    """
     model = scenario.model if scenario.model in ("qwen3-8b", "qwen3-30b-a3b") else "qwen3-8b"
-    base = TransitionCosts.pearl_table3(model)  # type: ignore[arg-type]
+    if scenario.worker_sizes is not None:
+        tps = tuple(sorted(scenario.worker_sizes.tps | {scenario.tp}))
+        base = TransitionCosts.pearl_table3_by_tp(model, tps)  # type: ignore[arg-type]
+    else:
+        base = TransitionCosts.pearl_table3(model)  # type: ignore[arg-type]
     if scenario.cost_scale == 1.0:
         return base
-    data = {k: v * scenario.cost_scale for k, v in base.model_dump().items() if k != "volatile_decode_s"}
+    data = {
+        k: v * scenario.cost_scale
+        for k, v in base.model_dump().items()
+        if k not in ("volatile_decode_s", "preparation_s_by_tp")
+    }
+    if base.preparation_s_by_tp:
+        data["preparation_s_by_tp"] = {tp: v * scenario.cost_scale for tp, v in base.preparation_s_by_tp.items()}
     return base.model_copy(update=data)
 
 
@@ -226,6 +244,7 @@ def run_policy_segment(
         allow_borrow=spec.allow_borrow,
         dedicated_gpus=fixed,
         preemptible_gpus=0 if fixed is not None else None,
+        worker_sizes=scenario.worker_sizes if policy in SIZED_POLICIES else None,
         background_preparation=spec.background_preparation,
     )
     simulations = int(getattr(decider, "simulations", 0))  # the oracles that simulate ahead count their copies

@@ -86,6 +86,34 @@ class TrajectorySpec:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """One SGLang engine of a size: its step times, each rank's KV pool and its attention-DP ranks.
+
+    An engine of ``ranks`` > 1 (``--dp <ranks> --enable-dp-attention``) is ``ranks`` workers of the pool, one per
+    attention-DP rank, each with its own scheduler, KV pool and radix cache (as SGLang runs them); their MoE layers
+    run in lock-step, so in a colocated engine a prefill step on one rank holds every other rank's decode.
+
+    Attributes:
+        step_times: One rank's step times (aiconfigurator-core's per-rank batch with attention-DP).
+        kv_capacity_tokens: One rank's KV pool in tokens.
+        ranks: Attention-DP ranks (1: a plain TP engine, one worker).
+    """
+
+    step_times: StepTimes
+    kv_capacity_tokens: float
+    ranks: int = 1
+
+    def __post_init__(self) -> None:
+        """Reject an engine without ranks or KV.
+
+        Raises:
+            ValueError: ``ranks`` < 1 or a non-positive KV pool.
+        """
+        if self.ranks < 1 or self.kv_capacity_tokens <= 0:
+            raise ValueError("an engine has ≥ 1 rank and a positive KV pool")
+
+
+@dataclass(frozen=True)
 class Pool:
     """A fixed rollout configuration: the mode, worker counts and what each worker is like.
 
@@ -101,6 +129,10 @@ class Pool:
         attention_dp: Attention-DP ranks per engine (SGLang ``--enable-dp-attention --dp-size``): every
             ``attention_dp`` consecutive colocated workers are the ranks of one engine, whose MoE layers run in
             lock-step, so a prefill step on one rank holds every other rank's decode for its duration.
+        prefill_engines: The prefill workers as engines of their own sizes (``decode_engines``,
+            ``colocated_engines`` likewise); empty: every worker of the role has ``step_times`` and
+            ``kv_capacity_tokens`` (colocated ones grouped by ``attention_dp``). Given, the role's worker count
+            is their ranks.
     """
 
     mode: Mode
@@ -119,6 +151,9 @@ class Pool:
     schedule_conservativeness: float = 1.0
     max_context_tokens: int = 32768
     attention_dp: int = 1
+    prefill_engines: tuple[Engine, ...] = ()
+    decode_engines: tuple[Engine, ...] = ()
+    colocated_engines: tuple[Engine, ...] = ()
 
     def __post_init__(self) -> None:
         """Reject an inconsistent pool.
@@ -139,6 +174,13 @@ class Pool:
             raise ValueError(f"router must be one of {', '.join(ROUTER_POLICIES)}, not {self.router!r}")
         if self.attention_dp < 1:
             raise ValueError("attention_dp must be ≥ 1")
+        for role, engines, count in (
+            ("prefill", self.prefill_engines, self.prefill_workers),
+            ("decode", self.decode_engines, self.decode_workers),
+            ("colocated", self.colocated_engines, self.colocated_workers),
+        ):
+            if engines and sum(e.ranks for e in engines) != count:
+                raise ValueError(f"{role}_workers ({count}) is not the ranks of {role}_engines")
         if self.step_overhead_s < 0 or self.schedule_conservativeness <= 0 or self.kv_capacity_tokens <= 0:
             raise ValueError("step_overhead_s must be ≥ 0; schedule_conservativeness and kv_capacity_tokens > 0")
 
@@ -189,7 +231,8 @@ class PoolChange:
     decode worker's sequences keep the tokens generated so far and resubmit their whole prefix to a prefill
     worker (a re-prefill: whatever that worker's cache no longer holds is computed again), then decode the rest
     of their turn elsewhere; a removed prefill worker's queue and running batch go to the others. KV transfers
-    already on the wire complete. A removed worker's KV pool and radix cache are gone.
+    already on the wire complete. A removed worker's KV pool and radix cache are gone. ``add_*_engines`` join
+    engines of their own sizes after the ``add_*`` workers, each rank at the next index.
     """
 
     at_s: float
@@ -199,6 +242,9 @@ class PoolChange:
     remove_prefill: tuple[int, ...] = ()
     remove_decode: tuple[int, ...] = ()
     remove_colocated: tuple[int, ...] = ()
+    add_prefill_engines: tuple[Engine, ...] = ()
+    add_decode_engines: tuple[Engine, ...] = ()
+    add_colocated_engines: tuple[Engine, ...] = ()
 
 
 @dataclass(slots=True)
@@ -315,6 +361,7 @@ class _Decoder:
 @dataclass(slots=True)
 class _Prefiller:
     memory: WorkerMemory
+    steps: StepTimes
     queue: deque[_Job] = field(default_factory=deque)
     running: list[tuple[_Job, int]] | None = None
     in_flight: int = 0  # requests routed here and not yet sent on (routing load)
@@ -348,10 +395,18 @@ class RolloutSimulation:
         self.groups = _shared_prompts(trajectories)
         self.prefillers: list[_Prefiller] = []
         self.decoders: list[_Decoder] = []
-        self._add_workers(
-            pool.colocated_workers if self.colocated else pool.prefill_workers,
-            pool.colocated_workers if self.colocated else pool.decode_workers,
-        )
+        self.engine_of: list[int] = []  # colocated: each worker's engine (its attention-DP ranks share it)
+        self.ranks: dict[int, list[int]] = {}  # engine → its workers
+        self._engines = itertools.count(-1, -1)  # engines given by size (the default ones are worker // attention_dp)
+        if self.colocated:
+            self._add_workers(pool.colocated_workers if not pool.colocated_engines else 0, 0, pool.colocated_engines)
+        else:
+            self._add_workers(
+                0 if pool.prefill_engines else pool.prefill_workers,
+                0 if pool.decode_engines else pool.decode_workers,
+                pool.prefill_engines,
+                pool.decode_engines,
+            )
         self.prefill_router = Router(pool.router, groups=self.groups)
         self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load", groups=self.groups)
         self.events: list[tuple[float, int, _Kind, int, int]] = []
@@ -370,28 +425,55 @@ class RolloutSimulation:
         for i, change in enumerate(self.changes):
             self._push(change.at_s, _Kind.POOL_CHANGE, i)
 
-    def _add_workers(self, prefill: int, decode: int) -> None:
+    def _add_workers(
+        self, prefill: int, decode: int, prefill_engines: Sequence[Engine] = (), decode_engines: Sequence[Engine] = ()
+    ) -> None:
+        """Add workers of the pool's own kind, then engines of their own sizes (colocated: ``prefill_engines``).
+
+        In a colocated pool ``prefill`` workers (or the ranks of ``prefill_engines``) are added with their decode
+        side; ``decode`` and ``decode_engines`` are for PD only.
+        """
         pool = self.pool
+        default = Engine(pool.step_times, pool.kv_capacity_tokens)
         for _ in range(prefill):
-            memory = WorkerMemory(pool.kv_capacity_tokens, groups=self.groups)
-            self.prefillers.append(_Prefiller(memory))
-        for i in range(decode):
-            memory = (
-                self.prefillers[len(self.prefillers) - decode + i].memory
-                if self.colocated
-                else WorkerMemory(pool.kv_capacity_tokens, radix_cache=pool.decode_radix_cache, groups=self.groups)
+            self._add_rank(default, True, pool.attention_dp)
+        for engine in prefill_engines:
+            key = next(self._engines)
+            for _ in range(engine.ranks):
+                self._add_rank(engine, True, key)
+        if self.colocated:
+            return
+        for _ in range(decode):
+            self._add_rank(default, False, 0)
+        for engine in decode_engines:
+            for _ in range(engine.ranks):
+                self._add_rank(engine, False, 0)
+
+    def _add_rank(self, engine: Engine, prefill_side: bool, key: int) -> None:
+        """One worker (one attention-DP rank of ``engine``); colocated: of engine ``key`` (> 0: ranks per engine)."""
+        pool = self.pool
+        if prefill_side:
+            memory = WorkerMemory(engine.kv_capacity_tokens, groups=self.groups)
+            self.prefillers.append(_Prefiller(memory, engine.step_times))
+            if not self.colocated:
+                return
+            worker = len(self.decoders)
+            key = worker // key if key > 0 else key  # a default worker's engine: every attention_dp in turn
+            self.engine_of.append(key)
+            self.ranks.setdefault(key, []).append(worker)
+        else:
+            memory = WorkerMemory(engine.kv_capacity_tokens, radix_cache=pool.decode_radix_cache, groups=self.groups)
+        ratio = min(INIT_NEW_TOKEN_RATIO * pool.schedule_conservativeness, 1.0)
+        self.decoders.append(
+            _Decoder(
+                engine.step_times,
+                memory,
+                overhead_s=pool.step_overhead_s,
+                since=self.now,
+                ratio0=ratio,
+                init_ratio=ratio,
             )
-            ratio = min(INIT_NEW_TOKEN_RATIO * pool.schedule_conservativeness, 1.0)
-            self.decoders.append(
-                _Decoder(
-                    pool.step_times,
-                    memory,
-                    overhead_s=pool.step_overhead_s,
-                    since=self.now,
-                    ratio0=ratio,
-                    init_ratio=ratio,
-                )
-            )
+        )
 
     # -- event plumbing -----------------------------------------------------------------------------------
     def _push(self, at: float, kind: _Kind, who: int, version: int = 0) -> None:
@@ -460,8 +542,10 @@ class RolloutSimulation:
 
     def peak_kv_tokens(self) -> list[float]:
         """Each worker's most KV tokens in use at once (prefill-side pools first, then decode-side ones in PD)."""
-        pools = [p.memory for p in self.prefillers] + ([] if self.colocated else [d.memory for d in self.decoders])
-        return [m.peak_tokens for m in pools]
+        return [m.peak_tokens for m in self._memories()]
+
+    def _memories(self) -> list[WorkerMemory]:
+        return [p.memory for p in self.prefillers] + ([] if self.colocated else [d.memory for d in self.decoders])
 
     def result(self) -> BatchResult:
         """What happened so far (the whole batch once :meth:`run_until` returned False)."""
@@ -481,7 +565,7 @@ class RolloutSimulation:
             retractions=self.retractions,
             transferred_bytes=self.transferred_bytes,
             cache_hit_tokens=self.cache_hit_tokens,
-            peak_kv_fraction=max((peak / self.pool.kv_capacity_tokens for peak in self.peak_kv_tokens()), default=0.0),
+            peak_kv_fraction=max((m.peak_tokens / m.capacity_tokens for m in self._memories()), default=0.0),
         )
 
     # -- prefill --------------------------------------------------------------------------------------------
@@ -590,7 +674,7 @@ class RolloutSimulation:
         p.running = batch
         tokens = sum(chunk for _, chunk in batch)
         cached = sum(job.cached + job.done for job, _ in batch) / len(batch)
-        duration = self.pool.step_times.prefill_s(tokens, len(batch), cached) + self.pool.step_overhead_s
+        duration = p.steps.prefill_s(tokens, len(batch), cached) + self.pool.step_overhead_s
         p.mixed_decode = False
         if d is not None:  # the worker's decode batch waits (prefill first) or rides along (mixed chunk)
             d.paused = True
@@ -599,12 +683,10 @@ class RolloutSimulation:
                 p.mixed_decode = True
                 n = len(d.active)
                 duration = (
-                    self.pool.step_times.mixed_s(tokens, len(batch), cached, n, d.context_total / n)
-                    + self.pool.step_overhead_s
+                    p.steps.mixed_s(tokens, len(batch), cached, n, d.context_total / n) + self.pool.step_overhead_s
                 )
-        if d is not None and self.pool.attention_dp > 1:  # the engine's other ranks wait for this step
-            k = self.pool.attention_dp
-            for rank in range(worker - worker % k, min(worker - worker % k + k, len(self.decoders))):
+        if d is not None:  # attention-DP: the engine's other ranks wait for this step
+            for rank in self.ranks[self.engine_of[worker]]:
                 other = self.decoders[rank]
                 if rank != worker and other.alive:
                     other.advance(self.now)
@@ -935,11 +1017,23 @@ class RolloutSimulation:
     # -- workers joining and leaving ------------------------------------------------------------------------
     def _change(self, change: PoolChange) -> None:
         colocated = self.colocated
-        if colocated and (change.add_prefill or change.add_decode or change.remove_prefill or change.remove_decode):
+        if colocated and (
+            change.add_prefill
+            or change.add_decode
+            or change.remove_prefill
+            or change.remove_decode
+            or change.add_prefill_engines
+            or change.add_decode_engines
+        ):
             raise ValueError("a colocated pool changes by colocated workers only")
-        if not colocated and (change.add_colocated or change.remove_colocated):
+        if not colocated and (change.add_colocated or change.remove_colocated or change.add_colocated_engines):
             raise ValueError("a disaggregated pool changes by prefill and decode workers only")
-        self._add_workers(change.add_prefill + change.add_colocated, change.add_decode + change.add_colocated)
+        self._add_workers(
+            change.add_prefill + change.add_colocated,
+            change.add_decode,
+            change.add_prefill_engines + change.add_colocated_engines,
+            change.add_decode_engines,
+        )
         jobs: list[_Job] = []
         for w in (*change.remove_decode, *change.remove_colocated):
             jobs.extend(self._remove_decoder(w))

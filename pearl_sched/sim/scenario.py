@@ -13,14 +13,17 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from pearl_sched.errors import PearlSchedError
 from pearl_sched.input_files import MAX_DOCUMENT_BYTES, InputFileError, read_text
 from pearl_sched.sim.availability import AvailabilityTrace
-from pearl_sched.state import Frozen, NonNegFloat, PosFloat
+from pearl_sched.state import Frozen, NonNegFloat, PosFloat, WorkerSize, WorkerSizes
 
 SHIPPED = Path(__file__).resolve().parent / "scenarios"
+
+GPUS_PER_NODE = 8
+"""GPUs of one simulated node (the cluster numbers each zone's GPUs in nodes of 8, as H100/H200 servers hold)."""
 
 
 class ScenarioError(PearlSchedError, ValueError):
@@ -126,7 +129,12 @@ class Scenario(Frozen):
     backend: Literal["sglang", "vllm", "trtllm"] = Field(
         default="sglang", description="Serving framework the aiconfigurator-core engine models"
     )
-    attention_dp: int = Field(default=1, ge=1, description="Attention data-parallel size (aiconfigurator-core)")
+    attention_dp: int = Field(
+        default=1,
+        ge=1,
+        description="Attention data-parallel ranks of each worker (SGLang --dp-size with --enable-dp-attention; "
+        "divides tp, each rank runs attention at TP tp/attention_dp; aiconfigurator-core step times)",
+    )
     moe_ep: int | None = Field(default=None, ge=1, description="MoE expert-parallel size (aiconfigurator-core)")
     output_scale: float = Field(
         default=1.0,
@@ -139,6 +147,12 @@ class Scenario(Frozen):
     seed: int = Field(default=0, ge=0, description="Seed of the batches: every policy sees the same work")
     cost_scale: float = Field(default=1.0, gt=0, description="Multiplier on every reconfiguration cost")
     policies: tuple[str, ...] = Field(default=(), description="Policies to compare (empty: all)")
+    worker_sizes: WorkerSizes | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # scenarios without sizes dump (and report) as before
+        description="Worker sizes pearl_sched's planner may regroup GPUs into, per role (none: every worker keeps "
+        "the scenario's size; policies that do not know sizes always keep it)",
+    )
     variants: tuple[dict[str, Any], ...] = Field(
         default=(), description="Runs of this scenario with fields overridden, each with a 'name'"
     )
@@ -168,6 +182,29 @@ class Scenario(Frozen):
         if path.is_absolute() or ".." in path.parts or "\\" in value or not value.strip():
             raise ValueError("availability_trace is a relative path inside the data folder, without '..'")
         return value
+
+    @model_validator(mode="after")
+    def _sizes_the_simulator_runs(self) -> Scenario:
+        if self.tp % self.attention_dp:
+            raise ValueError(f"attention_dp ({self.attention_dp}) must divide tp ({self.tp})")
+        declared = [z for role in (self.worker_sizes.by_role() if self.worker_sizes else {}).values() for z in role]
+        for size in [self.size, *declared]:
+            if size.dp > 1 and self.step_times != "aiconfigurator-core":
+                raise ValueError(
+                    f"a worker size with attention-DP ({_show(size.dp)} ranks) needs the aiconfigurator-core step times"
+                )
+        for size in declared:  # the scenario's own tp is held to LIMITS when the file loads
+            if size.tp > GPUS_PER_NODE:
+                raise ValueError(
+                    f"worker_sizes: a worker of {_show(size.tp)} GPUs needs more than a simulated node holds"
+                    f" ({GPUS_PER_NODE})"
+                )
+        return self
+
+    @property
+    def size(self) -> WorkerSize:
+        """The size of every worker of policies that do not choose sizes: ``tp`` GPUs, ``attention_dp`` ranks."""
+        return WorkerSize(tp=self.tp, dp=self.attention_dp)
 
     @property
     def trajectories_per_step(self) -> int:

@@ -14,24 +14,25 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pearl_sched.makespan import MakespanModel, PearlParams
+from pearl_sched.makespan import DeviceParams, MakespanModel, PearlParams
 from pearl_sched.makespan_improved import ServingParams
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.kernels import shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
 from pearl_sched.sim.memory import default_chunked_prefill_size, default_mem_fraction_static, kv_pool_tokens
-from pearl_sched.sim.rollout import Pool, TrajectorySpec
+from pearl_sched.sim.rollout import Engine, Pool, TrajectorySpec
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.sources import step_times_for, trajectories_for
 from pearl_sched.sim.steptimes import ComposedStepTimes, StepTimes
 from pearl_sched.sim.swe_workload import CodingAgentTurns
 from pearl_sched.sim.workload import AgenticTurns, BatchStats, batch_stats
-from pearl_sched.state import Mode, Workload
+from pearl_sched.state import Mode, WorkerSize, Workload
 
 TRAINING_FLOPS_PER_PARAM_TOKEN = 8.0
 """Forward + backward (6) and the old-policy log-prob pass (2), per parameter per token."""
@@ -75,6 +76,8 @@ class Setting:
     decode_radix_cache: bool = False
     enable_mixed_chunk: bool = False
     step_overhead_s: float = STEP_OVERHEAD_S
+    data: Path | None = None  # the shared data folder (step times of other worker sizes are built from it)
+    _size_steps: dict[WorkerSize, StepTimes] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, scenario: Scenario, data: Path) -> Setting:
@@ -90,7 +93,7 @@ class Setting:
 
         Raises:
             ScenarioError: The system file cannot be read or lacks ``mem_capacity``, ``bfloat16_tc_flops`` or
-                ``inter_node_bw``.
+                ``inter_node_bw``, or a worker size's GPUs cannot hold the weights.
             ProfileFormatError: The GPU's kernel tables are missing or malformed (kernel step times).
             MissingExtraError: ``step_times: aiconfigurator-core`` without the ``aic`` extra installed.
             AicCoverageError: aiconfigurator-core does not cover the scenario's model, GPU or backend.
@@ -102,7 +105,7 @@ class Setting:
             if key not in system:
                 raise ScenarioError(f"{system_dir / scenario.gpu}.yaml: no {key}")
         config = shipped_config(scenario.model)
-        return cls(
+        setting = cls(
             scenario=scenario,
             config=config,
             steps=step_times_for(scenario, data),
@@ -112,7 +115,14 @@ class Setting:
             gpu_peak_flops=system["bfloat16_tc_flops"],
             turns=trajectories_for(scenario, data),
             gpu_memory_bytes=system["mem_capacity"],
+            data=data,
         )
+        for size in setting.sizes:  # a size whose weights do not fit is refused now, not when a plan first uses it
+            try:
+                setting.kv_pool_tokens_for(size)
+            except ValueError as exc:
+                raise ScenarioError(f"scenario {scenario.name}: worker size {size.label}: {exc}") from None
+        return setting
 
     # -- SGLang's memory settings (sim/memory.py) -----------------------------------------------------------
     @property
@@ -122,8 +132,12 @@ class Setting:
 
     @property
     def mem_fraction_static(self) -> float:
-        """SGLang's default ``--mem-fraction-static`` for the GPU and TP."""
-        return default_mem_fraction_static(self.gpu_memory_bytes, self.scenario.tp)
+        """SGLang's default ``--mem-fraction-static`` for the GPU and the scenario's worker size."""
+        return self.mem_fraction_static_for(self.scenario.size)
+
+    def mem_fraction_static_for(self, size: WorkerSize) -> float:
+        """SGLang's default ``--mem-fraction-static`` for the GPU and a worker size (TP, attention-DP)."""
+        return default_mem_fraction_static(self.gpu_memory_bytes, size.tp, dp_attention=size.dp)
 
     @property
     def weights_bytes(self) -> float:
@@ -132,14 +146,56 @@ class Setting:
 
     @functools.cached_property
     def kv_pool_tokens(self) -> int:
-        """Each worker's KV pool in tokens, as SGLang sizes it (``profile_max_num_token``)."""
-        return kv_pool_tokens(
+        """Each worker's KV pool in tokens, as SGLang sizes it (``profile_max_num_token``), at the scenario's size."""
+        return self.kv_pool_tokens_for(self.scenario.size)
+
+    def kv_pool_tokens_for(self, size: WorkerSize) -> int:
+        """One rank's KV pool in tokens for a worker of ``size`` (``profile_max_num_token``).
+
+        Each of the ``tp`` GPUs holds 1/tp of the weights; with attention-DP each of the ``dp`` ranks has its own
+        pool over its ``tp/dp`` GPUs, so a rank holds 1/dp of what the TP group's pool would (the attention weights
+        every rank replicates are not counted: a simplification, docs/simulator.md).
+
+        Raises:
+            ValueError: the weights do not fit on ``size.tp`` GPUs.
+        """
+        tokens = kv_pool_tokens(
             gpu_memory_bytes=self.gpu_memory_bytes,
-            tp=self.scenario.tp,
+            tp=size.tp,
             weights_bytes=self.weights_bytes,
             kv_bytes_per_token=self.kv_bytes_per_token,
-            mem_fraction_static=self.mem_fraction_static,
+            mem_fraction_static=self.mem_fraction_static_for(size),
         )
+        return tokens // size.dp
+
+    def steps_for(self, size: WorkerSize) -> StepTimes:
+        """One rank's step times for a worker of ``size``: the scenario's own at its size, else built once each.
+
+        Raises:
+            ScenarioError: the setting was built without its data folder, or attention-DP without
+                aiconfigurator-core step times.
+            AicCoverageError: aiconfigurator-core does not cover the size.
+        """
+        if size == self.scenario.size:
+            return self.steps
+        if size not in self._size_steps:
+            if self.data is None:
+                raise ScenarioError(f"scenario {self.scenario.name}: no data folder to build {size.label} step times")
+            self._size_steps[size] = step_times_for(self.scenario, self.data, size)
+        return self._size_steps[size]
+
+    def engine(self, size: WorkerSize) -> Engine:
+        """A worker of ``size`` as the rollout simulation runs it: one rank's step times and KV pool, its ranks."""
+        return Engine(self.steps_for(size), float(self.kv_pool_tokens_for(size)), ranks=size.dp)
+
+    @property
+    def sizes(self) -> tuple[WorkerSize, ...]:
+        """The scenario's worker size, then every other size its ``worker_sizes`` allows (by TP, then DP)."""
+        declared = self.scenario.worker_sizes
+        others: set[WorkerSize] = set()
+        if declared is not None:
+            others = {z for role in declared.by_role().values() for z in role} - {self.scenario.size}
+        return (self.scenario.size, *sorted(others, key=lambda z: (z.tp, z.dp)))
 
     # -- batches --------------------------------------------------------------------------------------------
     @functools.lru_cache(maxsize=8)  # noqa: B019 - a handful of steps are live at once
@@ -204,34 +260,51 @@ class Setting:
     def fit_pearl_params(self, *, context_tokens: float, appended_tokens: float, max_batch: int) -> PearlParams:
         """PEARL's parameters fitted to this setting's step times around an operating point.
 
+        One device per TP degree of :attr:`sizes` (only the scenario's when it declares no worker sizes).
+
         Args:
             context_tokens: The mean context a decode step sees.
             appended_tokens: The tokens each turn after the first prefills.
             max_batch: The largest decode batch per worker the fit samples.
         """
-        steps = self.steps
+        devices: dict[int, DeviceParams] = {}
+        for size in self.sizes:
+            if size.tp not in devices:
+                devices[size.tp] = self._fit_device(size, context_tokens, appended_tokens, max_batch)
+        s = self.scenario
+        labels = " ".join(z.label.upper() for z in self.sizes)
+        return PearlParams(
+            devices=tuple(devices.values()),
+            switch_overhead_s=0.0,
+            kv_bandwidth_bytes_per_s=self.link_bytes_per_s,
+            kv_bandwidth_per_prefill_worker=True,
+            source=f"fitted to {s.model} on {s.gpu} {labels}: {self.steps.source}",
+        )
+
+    def _fit_device(
+        self, size: WorkerSize, context_tokens: float, appended_tokens: float, max_batch: int
+    ) -> DeviceParams:
+        """PEARL's device parameters of one worker of ``size`` (an attention-DP engine as a whole, load balanced)."""
+        steps = self.steps_for(size)
+        dp = size.dp
         if isinstance(steps, ComposedStepTimes):  # the kernel model itself, unsnapped
             prefill_s = lambda n, c: steps.model.prefill_s(n, cached_tokens=c)  # type: ignore[attr-defined]  # noqa: E731
             decode_s = steps.model.decode_s  # type: ignore[attr-defined]
-        else:
+        else:  # an engine's ranks share its load: n sequences are n/dp per rank, a prompt runs on one rank
             prefill_s = lambda n, c: steps.prefill_s(n, 1, c)  # noqa: E731
-            decode_s = lambda b, c: steps.decode_s(round(b), c)  # noqa: E731
-        device = fit_device(
+            decode_s = lambda b, c: steps.decode_s(max(1, math.ceil(round(b) / dp)), c)  # noqa: E731
+        capacity = self.kv_capacity_bytes
+        if size.tp != self.scenario.tp:
+            capacity = kv_capacity_bytes(self.config, size.tp, self.gpu_memory_bytes)
+        return fit_device(
             gpu_type=self.gpu_type,
-            tp=self.scenario.tp,
+            tp=size.tp,
             prefill_s=prefill_s,
             decode_s=decode_s,
             context_tokens=context_tokens,
             appended_tokens=appended_tokens,
-            max_batch=max_batch,
-            kv_capacity=self.kv_capacity_bytes,
-        )
-        return PearlParams(
-            devices=(device,),
-            switch_overhead_s=0.0,
-            kv_bandwidth_bytes_per_s=self.link_bytes_per_s,
-            kv_bandwidth_per_prefill_worker=True,
-            source=f"fitted to {self.scenario.model} on {self.scenario.gpu} TP{self.scenario.tp}: {steps.source}",
+            max_batch=max_batch * dp,
+            kv_capacity=capacity,
         )
 
     @property

@@ -15,14 +15,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pearl_sched.sim.scenario import Scenario
+from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.steptimes import ComposedStepTimes, StepTimes
 from pearl_sched.sim.swe_workload import SWE_SOURCES, CodingAgentTurns
 from pearl_sched.sim.workload import AgenticTurns
+from pearl_sched.state import WorkerSize
 
 
-def step_times_for(scenario: Scenario, data: Path) -> StepTimes:
-    """The worker step times ``scenario`` names."""
+def step_times_for(scenario: Scenario, data: Path, size: WorkerSize | None = None) -> StepTimes:
+    """The step times of one worker (one attention-DP rank) of ``size`` (default: the scenario's) from its source.
+
+    A worker of ``tp`` GPUs with ``dp`` attention-DP ranks is aiconfigurator-core's ``tp_size = tp / dp``,
+    ``attention_dp_size = dp`` (experts over all ``tp`` GPUs); its step times are one rank's, at the rank's batch.
+
+    Raises:
+        ScenarioError: attention-DP with kernel-composed step times (the kernel composition has no attention-DP).
+    """
+    size = size or scenario.size
     if scenario.step_times == "aiconfigurator-core":
         from pearl_sched.profiles.aic_engine import AicStepTimes
 
@@ -30,16 +39,19 @@ def step_times_for(scenario: Scenario, data: Path) -> StepTimes:
             scenario.model,
             scenario.gpu,
             scenario.backend,
-            tp=scenario.tp,
-            attention_dp=scenario.attention_dp,
+            tp=size.tp // size.dp,
+            attention_dp=size.dp,
             moe_ep=scenario.moe_ep,
+        )
+    if size.dp > 1:
+        raise ScenarioError(
+            f"scenario {scenario.name}: worker size {size.label} has attention-DP, which only the "
+            "aiconfigurator-core step times model (set step_times to aiconfigurator-core)"
         )
     from pearl_sched.profiles.kernels import ComposedStepModel, KernelTables, shipped_config
 
     system_dir = data / "aiconfigurator-sglang" / scenario.gpu
-    return ComposedStepTimes(
-        ComposedStepModel(shipped_config(scenario.model), KernelTables(system_dir), tp=scenario.tp)
-    )
+    return ComposedStepTimes(ComposedStepModel(shipped_config(scenario.model), KernelTables(system_dir), tp=size.tp))
 
 
 def trajectories_for(scenario: Scenario, data: Path) -> AgenticTurns | CodingAgentTurns:

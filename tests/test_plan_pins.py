@@ -1,0 +1,56 @@
+"""The mixed-size example's plan, pinned: speed work on plan() must not change which plan it chooses.
+
+The MILP returns an exact optimum, but where several configurations tie, which one comes back (and so which
+GPUs regroup) depends on the solver's path; PEARL's enumeration depends on its slot order. These are the plans
+plan() chose when the pin was written (on the default backend and the enumeration); a change that moves them
+must be deliberate, and say why, here and in the CHANGELOG. Every backend's objective is checked against the
+default backend's in tests/test_worker_sizes.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pearl_sched import PearlMakespanModel, Plan, plan
+from pearl_sched.request import PlanRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXED = PlanRequest.model_validate_json((ROOT / "examples" / "mixed-sizes.json").read_text())
+
+PINNED = {
+    "highs": (
+        "7P8D",
+        229.1576846377012,
+        [
+            "expand w-b0-tp2 b0,b1 decode",
+            "expand w-b2-tp2 b2,b3 decode",
+            "expand w-b4-tp2 b4,b5 decode",
+            "expand w-b6-tp2 b6,b7 decode",
+            "expand w-c0-tp2 c0,c1 decode",
+            *(f"expand w-c{i}-tp1 c{i} prefill" for i in range(2, 8)),
+        ],
+    ),
+    "enumeration": (
+        "17P3D",
+        251.45999828305955,
+        [*(f"expand w-{z}{i}-tp1 {z}{i} prefill" for z in "ce" for i in range(8))],
+    ),
+}
+
+
+def _actions(p: Plan) -> list[str]:
+    return [
+        f"{a.kind.value} {a.worker_id} {','.join(a.gpu_ids or ())} {a.to_role.value if a.to_role else '-'}"
+        for a in p.actions
+    ]
+
+
+@pytest.mark.parametrize("backend", sorted(PINNED))
+def test_the_mixed_size_example_plans_as_pinned(backend: str) -> None:
+    p = plan(MIXED.state, PearlMakespanModel(MIXED.model), costs=MIXED.costs, policy=MIXED.policy, backend=backend)
+    ratio, objective_s, actions = PINNED[backend]
+    assert p.ratio == ratio
+    assert p.objective_s == pytest.approx(objective_s, rel=1e-12)
+    assert _actions(p) == actions
