@@ -41,6 +41,8 @@ from pearl_sched.policies import (
     expansion_can_pass,
     expansion_cost_share,
     expansion_gate,
+    expansion_ready_s,
+    expected_residence_s,
     hysteresis,
     idle_window_allows_borrow,
     must_return,
@@ -408,14 +410,15 @@ def _solve(problem: ClassProblem, solves: _SolveContext) -> _Solved | None:
 class _GateInputs:
     """What the gates weigh besides the two makespans.
 
-    The policy state, costs, thresholds and horizon, and the idle window of the lendable training GPUs (None
-    when none can be lent).
+    The policy state, costs, thresholds and horizon, the idle window of the lendable training GPUs (None
+    when none can be lent), and the preparation already done on the new preemptible GPUs weighed.
     """
 
     pstate: PolicyState
     costs: TransitionCosts
     policy: PolicyConfig
     idle_window_s: float | None
+    prepared_s: float = 0.0  # preparation done on the new preemptible GPUs the expansion gate weighs
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,7 @@ def _expansion(without_s: float, with_s: float, rho: float, inputs: _GateInputs)
         state=inputs.pstate,
         costs=inputs.costs,
         config=inputs.policy,
+        prepared_s=inputs.prepared_s,
     )
 
 
@@ -452,6 +456,7 @@ def _expansion_can_pass(without_s: float, lower_s: float, rho: float, inputs: _G
         state=inputs.pstate,
         costs=inputs.costs,
         config=inputs.policy,
+        prepared_s=inputs.prepared_s,
     )
 
 
@@ -499,9 +504,17 @@ def _gate(
     if not classified.has(gate.category):
         return problem, best
     wider = classified.widen(problem, gate.category)
+    prepared = _prepared_by_class(classified) if gate.category is _Category.NEW_PREEMPTIBLE else {}
+    # The most any candidate has prepared: an upper bound for skipping and for the batch in flight's share.
+    inputs = replace(inputs, prepared_s=max(prepared.values(), default=0.0))
     if gate.category is _Category.NEW_PREEMPTIBLE and best is not None:
         share = expansion_cost_share(
-            best.solution.makespan_s, wider.unfinished_fraction, inputs.pstate, inputs.costs, inputs.policy
+            best.solution.makespan_s,
+            wider.unfinished_fraction,
+            inputs.pstate,
+            inputs.costs,
+            inputs.policy,
+            inputs.prepared_s,
         )
         wider = _amortised(wider, share)
     if best is not None and not _gate_can_pass(gate, best.solution, wider, inputs):
@@ -516,11 +529,25 @@ def _gate(
         # A cold start on GPUs that stay (h = 0): their one-time costs are free in the long run. At h > 0 the
         # costs stay whole here (docs/policies.md, limits).
         share = expansion_cost_share(
-            wider_best.solution.makespan_s, wider.unfinished_fraction, inputs.pstate, inputs.costs, inputs.policy
+            wider_best.solution.makespan_s,
+            wider.unfinished_fraction,
+            inputs.pstate,
+            inputs.costs,
+            inputs.policy,
+            inputs.prepared_s,
         )
         if share < 1.0:
             wider = _amortised(wider, share)
             wider_best = solves.solve(wider) or wider_best
+    if prepared:
+        # The gate weighs the least prepared of the GPUs the wider configuration starts: none of them is
+        # admitted on readiness another has.
+        started = [
+            prepared[c.key]
+            for c, n in zip(wider.classes, wider_best.solution.counts, strict=True)
+            if c.key in prepared and any(n)
+        ]
+        inputs = replace(inputs, prepared_s=min(started, default=inputs.prepared_s))
     if best is None:
         decision = GateDecision(True, f"{gate.flag}: needed for a feasible configuration")
     else:
@@ -533,9 +560,11 @@ def _gate(
             and inputs.policy.gate_horizon == "residence"
             and wider_best.solution.makespan_s <= best.solution.makespan_s
             and saved_s > 1e-9
+            and not _gone_before_ready(gate, inputs)
         ):
             # No faster, but cheaper to reach (e.g. a lent GPU instead of starting a dedicated one): refusing
-            # it would leave a plan the next decision point, with the base slot started, would change.
+            # it would leave a plan the next decision point, with the base slot started, would change. Never
+            # a preemptible GPU the hazard says is gone before it is ready (a prepared one is cheap to start).
             decision = GateDecision(True, f"{gate.flag}: as fast, {saved_s:.1f} s less to reach")
     reasons.append(decision.reason)
     return (wider, wider_best) if decision.allow else (problem, best)
@@ -552,6 +581,26 @@ def _gate_can_pass(gate: _GateSpec, without: ClassSolution, wider: ClassProblem,
     bounds.append(max(wider.terms.prefill.time_s(full[Role.PREFILL]), wider.terms.decode.time_s(full[Role.DECODE])))
     lower = min(bounds) + wider.terms.environment_s
     return gate.can_pass(without.makespan_s, lower, wider.unfinished_fraction, inputs)
+
+
+def _gone_before_ready(gate: _GateSpec, inputs: _GateInputs) -> bool:
+    """Whether the expansion gate's GPUs are expected to be preempted before they serve (1/h ≤ P_left + F)."""
+    if gate.category is not _Category.NEW_PREEMPTIBLE:
+        return False
+    return expected_residence_s(inputs.pstate) <= expansion_ready_s(inputs.costs, inputs.prepared_s)
+
+
+def _prepared_by_class(classified: _Classified) -> dict[str, float]:
+    """Class key → the least preparation done by a slot of it, for the new-preemptible classes.
+
+    New workers formed on regrouped GPUs have done none.
+    """
+    done = {s.worker.id: s.worker.prepared_s for s in classified.slots}
+    return {
+        c.key: min((done[i] for i in c.slot_ids), default=0.0)
+        for c in classified.classes
+        if classified.category[c.key] is _Category.NEW_PREEMPTIBLE
+    }
 
 
 def _amortised(problem: ClassProblem, share: float) -> ClassProblem:
@@ -780,8 +829,7 @@ def _classes(
     # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
     groups: dict[tuple[str, str, str, str, str], list[_Slot]] = {}
     for s in slots:
-        role = s.worker.rollout_role
-        key = (s.zone.value, s.gpu_type, f"tp{s.tp}", role.value if role else "off", s.category.value)
+        key = (s.zone.value, s.gpu_type, f"tp{s.tp}", _role_label(s), s.category.value)
         groups.setdefault(key, []).append(s)
     workload = state.workload
     classes = []
@@ -832,7 +880,7 @@ def _slot_class(
         weight=weight,
         kv_bytes=kv_bytes,
         prefill_tokens_per_s=prefill_rate,
-        cost=_costs(current, first.zone, costs, n_ref, first.tp),
+        cost=_costs(current, first.zone, costs, n_ref, first.tp, min(_prepared(m) for m in members)),
         pauses_admission=current is None and first.zone is not Zone.OVERLAP,
         pool=pool,
         dp=first.worker.dp,
@@ -915,13 +963,12 @@ def _sized(
 
     groups: dict[tuple[str, ...], list[_Slot]] = {}
     for s in slots:
-        role = s.worker.rollout_role
         # Slots outside every pool (overlap, out, or spanning nodes) keep their size; the marker keeps a slot
         # spanning nodes out of the class of pooled slots it would otherwise share a key with.
         pool = pooled_slots.get(s.worker.id) or (
             "spans-nodes" if len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
         )
-        group = (s.zone.value, s.gpu_type, s.worker.size.label, role.value if role else "off")
+        group = (s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s))
         groups.setdefault((*group, s.category.value, pool), []).append(s)
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
@@ -984,14 +1031,32 @@ def _sized(
     return tuple(classes), category, tuple(pools), frozen_layouts, gpu_pool
 
 
+def _prepared(slot: _Slot) -> float:
+    """Preparation already done on a new preemptible slot (what its start no longer costs); 0 for any other."""
+    return slot.worker.prepared_s if slot.category is _Category.NEW_PREEMPTIBLE else 0.0
+
+
+def _role_label(slot: _Slot) -> str:
+    """The role part of a class key: the rollout role, ``off``, or ``off-prepared<s>s`` for a prepared new slot.
+
+    Slots whose preparation differs cost differently to start, so they are not interchangeable.
+    """
+    role = slot.worker.rollout_role
+    if role is not None:
+        return role.value
+    prepared = _prepared(slot)
+    return f"off-prepared{prepared:.0f}s" if prepared > 0 else "off"
+
+
 def _costs(
-    current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int, tp: int = 1
+    current: Role | None, zone: Zone, costs: TransitionCosts, n_ref: int, tp: int = 1, prepared_s: float = 0.0
 ) -> dict[Role | None, float]:
     """Objective seconds per slot of ending in each role, plus tie-breakers.
 
     A slot down for d seconds costs the pool d capacity-seconds, about d / N seconds of makespan for a pool of
     N workers; N is the larger of the workers in use and those the budget could use (so starting a whole
-    pool from nothing costs about one preparation time, not one per worker).
+    pool from nothing costs about one preparation time, not one per worker). A new slot that has done
+    ``prepared_s`` of its preparation is charged the rest.
     """
     out: dict[Role | None, float] = {}
     for target in (*ROLLOUT_ROLES, None):
@@ -1000,7 +1065,7 @@ def _costs(
         elif target is None:
             seconds = costs.deactivation_s if zone is Zone.OVERLAP else costs.stop_s
         elif current is None:
-            seconds = costs.activation_s if zone is Zone.OVERLAP else costs.preparation_for(tp)
+            seconds = costs.activation_s if zone is Zone.OVERLAP else max(0.0, costs.preparation_for(tp) - prepared_s)
         elif {current, target} == FLIP_ROLES:
             seconds = costs.role_switch_s
         else:

@@ -275,21 +275,26 @@ def expansion_gate(
 
 
 def expansion_cost_share(
-    makespan_s: float, unfinished_fraction: float, state: PolicyState, costs: TransitionCosts, config: PolicyConfig
+    makespan_s: float,
+    unfinished_fraction: float,
+    state: PolicyState,
+    costs: TransitionCosts,
+    config: PolicyConfig,
+    prepared_s: float = 0.0,
 ) -> float:
     """The share of a preemptible admission's one-time costs the batch in flight should carry.
 
     The one-time costs are preparation and the admission pause; the share is the batch in flight's weight ρ
     over the batches the GPUs are expected to serve, ρ + e^(−h·s)/(h·T). 1 under ``gate_horizon="batch"``
     or when later batches weigh nothing; 0 when the hazard is 0 (the GPUs stay). ``makespan_s``: the batch's
-    predicted makespan without them; s as in :func:`expansion_value_s`.
+    predicted makespan without them; s as in :func:`expansion_value_s`, with ``prepared_s`` of preparation done.
     """
     if config.gate_horizon == "batch" or makespan_s <= 0 or unfinished_fraction <= 0:
         return 1.0
     hazard = state.preemption_hazard_per_s
     if hazard <= 0:
         return 0.0
-    start = max(unfinished_fraction * makespan_s, expansion_ready_s(costs))
+    start = max(unfinished_fraction * makespan_s, expansion_ready_s(costs, prepared_s))
     later_batches = math.exp(-hazard * start) / (hazard * makespan_s)
     return unfinished_fraction / (unfinished_fraction + later_batches)
 
@@ -302,16 +307,18 @@ def expansion_can_pass(
     state: PolicyState,
     costs: TransitionCosts,
     config: PolicyConfig,
+    prepared_s: float = 0.0,
 ) -> bool:
     """Whether any configuration no faster than ``makespan_lower_bound_s`` could pass :func:`expansion_gate`.
 
     An upper bound on the saving: the batch in flight undiscounted, plus the later batches at the bound
-    (their saving falls as ``T_with`` grows). Lets the planner skip a solve that cannot pay off.
+    (their saving falls as ``T_with`` grows). Lets the planner skip a solve that cannot pay off. ``prepared_s``:
+    the most preparation any candidate GPU has done (more done can only make the gate pass sooner).
     """
     gain_bound = unfinished_fraction * (makespan_without_s - makespan_lower_bound_s)
     if config.gate_horizon == "batch":
         return gain_bound > costs.finalisation_s
-    ready = expansion_ready_s(costs)
+    ready = expansion_ready_s(costs, prepared_s)
     if expected_residence_s(state) <= ready:
         return False
     start = max(unfinished_fraction * makespan_lower_bound_s, ready)

@@ -101,6 +101,11 @@ def _is_one(value: object) -> bool:
     return value == 1
 
 
+def _is_zero(value: object) -> bool:
+    """Serialisation filter: a field left at 0 is not written, so states without it dump as before."""
+    return value == 0
+
+
 class WorkerSize(Frozen):
     """One worker size: a TP group of ``tp`` GPUs on one node, with ``dp`` attention data-parallel ranks.
 
@@ -201,7 +206,10 @@ class Worker(Frozen):
     """A stable worker slot over a fixed TP group of GPUs.
 
     Scaling never renumbers survivors: communication groups, routes and weight broadcasts refer to slot ids.
-    A slot is *in rollout use* when its status is not inactive and its role is a rollout role.
+    A slot is *in rollout use* when its status is not inactive and its role is a rollout role. ``prepared_s``
+    is the preparation already done on a preemptible slot that does not serve yet (a cluster that prepares
+    arrived GPUs in the background reports it; docs/policies.md, "Preparation progress"): the expansion gate
+    and the objective charge only the preparation left.
     """
 
     id: str = Field(min_length=1)
@@ -216,6 +224,11 @@ class Worker(Frozen):
         ge=1,
         exclude_if=_is_one,
         description="Attention data-parallel ranks over the TP group (MoE: SGLang --dp with --enable-dp-attention)",
+    )
+    prepared_s: NonNegFloat = Field(
+        default=0.0,
+        exclude_if=_is_zero,
+        description="Seconds of preparation (engine start, weight load) already done on a slot not serving yet",
     )
 
     @model_validator(mode="after")

@@ -34,6 +34,10 @@
 ``pearl_sched-one-batch``
                    Ablation: pearl_sched with PEARL's one-batch gates (``gate_horizon="batch"``) instead of
                    gates weighed over the residence; the same fitted hazard (what the horizon is worth).
+``pearl_sched-prepared``
+                   Ablation: pearl_sched on a cluster that prepares arrived preemptible GPUs in the background
+                   while they do not serve, so a refused expansion asked again later pays only the preparation
+                   left (not PEARL's behaviour; docs/policies.md, "Preparation progress").
 =================  ==============================================================================================
 """
 
@@ -67,6 +71,7 @@ class PolicySpec:
     allow_borrow: bool = True
     description: str = ""
     fitted_hazard: bool = False  # starts from the preemption hazard fitted to the availability trace
+    background_preparation: bool = False  # arrived preemptible GPUs prepare while idle (PEARL: no)
 
 
 def _slots(state: ClusterState) -> list[tuple[str, Zone, Role | None, bool]]:
@@ -598,6 +603,13 @@ POLICIES: dict[str, PolicySpec] = {
             ),
             description="pearl_sched with PEARL's one-batch expansion and borrowing gates (ablation)",
             fitted_hazard=True,
+        ),
+        PolicySpec(
+            "pearl_sched-prepared",
+            lambda st, c, p: PlannerDecider("pearl_sched-prepared", st.predictor("improved"), costs=c, policy=p),
+            description="pearl_sched with arrived preemptible GPUs prepared in the background while idle (ablation)",
+            fitted_hazard=True,
+            background_preparation=True,
         ),
         PolicySpec(
             "best-colocated",

@@ -82,6 +82,7 @@ class _Slot:
     index: int | None = None  # its first worker index in the running batch (None: not in it yet)
     back_at: float = 0.0  # overlap: when the trainer has it again
     dp: int = 1  # attention-DP ranks: the batch's workers index … index + dp − 1
+    prepared_since: float | None = None  # background preparation: when it began on this idle preemptible slot
 
     @property
     def size(self) -> WorkerSize:
@@ -241,6 +242,7 @@ class SimCluster:
         preemptible_gpus: int | None = None,
         allow_borrow: bool = True,
         worker_sizes: WorkerSizes | None = None,
+        background_preparation: bool = False,
     ) -> None:
         """Build the worker slots (one per TP group) of the three zones, no batch running, at time 0.
 
@@ -258,6 +260,9 @@ class SimCluster:
             allow_borrow: Whether idle training GPUs may be lent to rollout.
             worker_sizes: The sizes the planner may choose (the scenario's ``worker_sizes`` for policies that know
                 sizes); None: every worker keeps the scenario's size.
+            background_preparation: Whether an arrived preemptible GPU prepares (engine start, weight load) while
+                it does not serve, so that an admission later pays only the preparation left (docs/policies.md,
+                "Preparation progress"); PEARL prepares only once the gate admits (False).
         """
         s = setting.scenario
         self.setting = setting
@@ -267,6 +272,7 @@ class SimCluster:
         self.size = s.size
         self.worker_sizes = worker_sizes
         self.allow_borrow = allow_borrow
+        self.background_preparation = background_preparation
         dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
         preemptible = s.max_preemptible_gpus if preemptible_gpus is None else preemptible_gpus
         self.slots: list[_Slot] = []
@@ -339,7 +345,14 @@ class SimCluster:
             elif slot.zone is Zone.OVERLAP:
                 worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.TRAINING, status=Status.ACTIVE, dp=slot.dp)
             else:
-                worker = Worker(id=slot.id, gpu_ids=slot.gpu_ids, role=Role.DECODE, status=Status.INACTIVE, dp=slot.dp)
+                worker = Worker(
+                    id=slot.id,
+                    gpu_ids=slot.gpu_ids,
+                    role=Role.DECODE,
+                    status=Status.INACTIVE,
+                    dp=slot.dp,
+                    prepared_s=self.prepared_s(slot),
+                )
             workers.append(worker)
         usable = sum(len(s.gpu_ids) for s in self.slots if s.available and s.zone is not Zone.OVERLAP)
         if self.allow_borrow and not trainer_busy:
@@ -616,13 +629,25 @@ class SimCluster:
         c = self.costs
         tp = len(slot.gpu_ids)
         if old is None:
-            return c.activation_s if slot.zone is Zone.OVERLAP else c.preparation_for(tp) + c.finalisation_s
+            if slot.zone is Zone.OVERLAP:
+                return c.activation_s
+            return max(0.0, c.preparation_for(tp) - self.prepared_s(slot)) + c.finalisation_s
         if {old, new} == {Role.PREFILL, Role.DECODE}:
             return c.role_switch_s
         return c.restart_for(tp)
 
+    def prepared_s(self, slot: _Slot) -> float:
+        """Seconds of preparation done in the background on an idle, available preemptible slot (else 0)."""
+        if slot.prepared_since is None or slot.role is not None or not slot.available:
+            return 0.0
+        return min(self.costs.preparation_for(len(slot.gpu_ids)), max(0.0, self.now - slot.prepared_since))
+
     def _stop(self, slot: _Slot) -> None:
         """Take the slot out of the running batch (its sequences resubmit) or cancel its pending join."""
+        if self.background_preparation and slot.zone is Zone.PREEMPTIBLE and slot.role is not None:
+            # Its engine stays up, out of the gateway, as far as its preparation had got (all of it once serving).
+            left = max(0.0, slot.ready_at - self.costs.finalisation_s - self.now)
+            slot.prepared_since = self.now - max(0.0, self.costs.preparation_for(len(slot.gpu_ids)) - left)
         if slot.role is not None and self.batch is not None and slot.index is not None:
             self._remove_from_batch(slot)
         self.pending = [(t, s) for t, s in self.pending if s != slot.id]
@@ -779,12 +804,15 @@ class SimCluster:
                 held -= len(victim.gpu_ids)
             for s in gone:
                 s.available = False
+                s.prepared_since = None  # the instance is gone, and its preparation with it
                 left += 1
         else:
             for s in preemptible:
                 if not s.available and held + len(s.gpu_ids) <= live:
                     s.available = True
                     held += len(s.gpu_ids)
+                    if self.background_preparation:
+                        s.prepared_since = self.now
                     joined += 1
         return left, joined
 
@@ -1084,11 +1112,13 @@ def run_segment(
     preemptible_gpus: int | None = None,
     progress: Callable[[float], None] | None = None,
     worker_sizes: WorkerSizes | None = None,
+    background_preparation: bool = False,
 ) -> SegmentResult:
     """Run ``decider`` over one availability segment (``trace``: rollout GPUs, dedicated included).
 
     ``worker_sizes`` (for a decider that chooses sizes) is reported in the cluster's state; without it every worker
-    keeps the scenario's size.
+    keeps the scenario's size. ``background_preparation``: arrived preemptible GPUs prepare while not serving
+    (:class:`SimCluster`).
     """
     s = setting.scenario
     dedicated = s.dedicated_rollout_gpus if dedicated_gpus is None else dedicated_gpus
@@ -1100,6 +1130,7 @@ def run_segment(
         preemptible_gpus=preemptible_gpus,
         allow_borrow=allow_borrow,
         worker_sizes=worker_sizes,
+        background_preparation=background_preparation,
     )
     loop = ControlLoop(cluster, decider)
     run = _Segment(cluster, loop, trace, dedicated_gpus=dedicated, tick_s=tick_s, progress=progress)

@@ -34,7 +34,7 @@ from pearl_sched.sim.setting import Setting
 SLOW_POLICIES = ("oracle-hindsight", "oracle-lookahead", "oracle-static")
 """The policies that simulate ahead: several times a planner's run, so their runs are started first."""
 
-SIZED_POLICIES = ("pearl_sched", "pearl_sched-no-borrow", "pearl_sched-one-batch", "ungated")
+SIZED_POLICIES = ("pearl_sched", "pearl_sched-no-borrow", "pearl_sched-one-batch", "pearl_sched-prepared", "ungated")
 """The policies that may choose worker sizes (pearl_sched's planner) when the scenario declares ``worker_sizes``;
 every other one (PEARL-faithful, the baselines, the oracles) keeps the scenario's one size."""
 
@@ -245,6 +245,7 @@ def run_policy_segment(
         dedicated_gpus=fixed,
         preemptible_gpus=0 if fixed is not None else None,
         worker_sizes=scenario.worker_sizes if policy in SIZED_POLICIES else None,
+        background_preparation=spec.background_preparation,
     )
     simulations = int(getattr(decider, "simulations", 0))  # the oracles that simulate ahead count their copies
     return dataclasses.replace(result, wall_s=time.perf_counter() - started, simulations=simulations)
