@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pearl_sched import (
     GPU,
@@ -136,14 +138,39 @@ def state(
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` TCP ports on 127.0.0.1 that were free a moment ago."""
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
+    """``n`` TCP ports on 127.0.0.1 that were free a moment ago, below the kernel's ephemeral range.
+
+    Ports the kernel hands out itself (bind to 0) come from the ephemeral range, which every outgoing connection
+    of the test process (httpx, the gateway, Ray) also draws from; one could take the port between this call and
+    the server's bind. Ports drawn at random below the range cannot be taken that way.
+    """
+    low = _ephemeral_low()
+    first = max(1024, low - 12_000)
+    chosen: list[socket.socket] = []
+    rng = random.Random()
+    while len(chosen) < n:
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", rng.randrange(first, low) if low - first >= 1000 else 0))
+        except OSError:
+            s.close()
+            continue
+        if all(s.getsockname()[1] != c.getsockname()[1] for c in chosen):
+            chosen.append(s)
+        else:
+            s.close()
+    ports = [s.getsockname()[1] for s in chosen]
+    for s in chosen:
         s.close()
     return ports
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def tiny(base: str = "e2e", **overrides: object) -> Scenario:
