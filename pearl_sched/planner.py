@@ -612,10 +612,18 @@ def _amortised(problem: ClassProblem, share: float) -> ClassProblem:
     """
     if share >= 1.0:
         return problem
-    classes = [
-        replace(c, cost={r: v * share for r, v in c.cost.items()}) if c.pauses_admission else c for c in problem.classes
-    ]
+    classes = [_amortised_class(c, share) if c.pauses_admission else c for c in problem.classes]
     return replace(problem.with_classes(classes), admission_pause_s=problem.admission_pause_s * share)
+
+
+def _amortised_class(c: SlotClass, share: float) -> SlotClass:
+    """``c``'s start costs times ``share``; a class of new workers keeps its whole regroup tie-breaker.
+
+    Scaled with the rest, the tie-breaker vanished at share 0 (a hazard of 0) and a new worker on regrouped GPUs
+    tied exactly with starting an idle slot of its size.
+    """
+    tie = _REGROUP_TIE_S if c.new_workers is not None else 0.0
+    return replace(c, cost={r: v * share if r is None else (v - tie) * share + tie for r, v in c.cost.items()})
 
 
 def _idle_window_s(state: ClusterState, slots: Iterable[_Slot]) -> float | None:

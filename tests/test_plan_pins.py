@@ -22,7 +22,7 @@ MIXED = PlanRequest.model_validate_json((ROOT / "examples" / "mixed-sizes.json")
 PINNED = {
     "highs": (
         "7P8D",
-        229.1576846377012,
+        229.1686846377012,  # with 11 × the 1 ms regroup tie-breaker, kept whole at share 0
         [
             "expand w-b0-tp2 b0,b1 decode",
             "expand w-b2-tp2 b2,b3 decode",
@@ -34,7 +34,7 @@ PINNED = {
     ),
     "enumeration": (
         "17P3D",
-        251.45999828305955,
+        251.47599828305954,  # with 16 × the 1 ms regroup tie-breaker
         [*(f"expand w-{z}{i}-tp1 {z}{i} prefill" for z in "ce" for i in range(8))],
     ),
 }

@@ -352,3 +352,47 @@ def test_survivors_that_fragment_the_nodes_are_restarted_on_a_fresh_layout() -> 
     index = after.gpu_index()
     assert all(len({index[g].node for g in w.gpu_ids}) == 1 for w in after.workers)
     assert len({w.id for w in after.workers}) == len(after.workers)
+
+
+def test_amortised_start_costs_keep_the_regroup_tie_breaker() -> None:
+    """At share 0 (a hazard of 0: the GPUs stay) starting an idle slot costs nothing, and a new worker on regrouped
+    GPUs still costs the tie-breaker more, so the solver never regroups where an idle slot of the size would do."""
+    from pearl_sched.makespan import MakespanTerms, PoolTerms
+    from pearl_sched.planner import _REGROUP_TIE_S, _amortised
+    from pearl_sched.problem import ROLES, ClassProblem, SlotClass
+
+    def start_class(key: str, new_workers: int | None, start_s: float) -> SlotClass:
+        return SlotClass(
+            key=key,
+            slot_ids=() if new_workers else ("idle-0",),
+            gpu_type="h200",
+            tp=2,
+            zone=Zone.PREEMPTIBLE,
+            node_group="*",
+            current_role=None,
+            eligible=frozenset(ROLES),
+            weight=dict.fromkeys(ROLES, 1.0),
+            kv_bytes=1.0,
+            prefill_tokens_per_s=1.0,
+            cost={None: 0.0, **dict.fromkeys(ROLES, start_s)},
+            pauses_admission=True,
+            new_workers=new_workers,
+        )
+
+    idle = start_class("idle", None, 14.1)
+    new = start_class("new", 1, 14.1 + _REGROUP_TIE_S)
+    terms = MakespanTerms(
+        prefill=PoolTerms(fixed_s=1, work_s=10),
+        decode=PoolTerms(fixed_s=2, work_s=30),
+        colocated=PoolTerms(fixed_s=4, work_s=40),
+        environment_s=0,
+    )
+    amortised = _amortised(ClassProblem((idle, new), terms, 1.0, 2, 0.0, 0.0, 11.05), 0.0)
+    by_key = {c.key: c for c in amortised.classes}
+    for role in ROLES:
+        assert by_key["idle"].cost[role] == 0.0
+        assert by_key["new"].cost[role] == pytest.approx(_REGROUP_TIE_S)
+    assert by_key["new"].cost[None] == 0.0  # ending with no role costs nothing, whatever the share
+    assert amortised.admission_pause_s == 0.0
+    half = {c.key: c for c in _amortised(ClassProblem((idle, new), terms, 1.0, 2, 0.0, 0.0, 11.05), 0.5).classes}
+    assert half["new"].cost[Role.DECODE] - half["idle"].cost[Role.DECODE] == pytest.approx(_REGROUP_TIE_S)
