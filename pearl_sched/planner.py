@@ -504,7 +504,7 @@ def _gate(
     if not classified.has(gate.category):
         return problem, best
     wider = classified.widen(problem, gate.category)
-    prepared = _prepared_by_class(classified) if gate.category is _Category.NEW_PREEMPTIBLE else {}
+    prepared = _prepared_by_class(classified, inputs.costs) if gate.category is _Category.NEW_PREEMPTIBLE else {}
     # The most any candidate has prepared: an upper bound for skipping and for the batch in flight's share.
     inputs = replace(inputs, prepared_s=max(prepared.values(), default=0.0))
     if gate.category is _Category.NEW_PREEMPTIBLE and best is not None:
@@ -590,14 +590,18 @@ def _gone_before_ready(gate: _GateSpec, inputs: _GateInputs) -> bool:
     return expected_residence_s(inputs.pstate) <= expansion_ready_s(inputs.costs, inputs.prepared_s)
 
 
-def _prepared_by_class(classified: _Classified) -> dict[str, float]:
-    """Class key → the least preparation done by a slot of it, for the new-preemptible classes.
+def _prepared_by_class(classified: _Classified, costs: TransitionCosts) -> dict[str, float]:
+    """Class key → the least preparation done by a slot of it, for the new-preemptible classes, in the gate's terms.
 
-    New workers formed on regrouped GPUs have done none.
+    The gate counts readiness from ``costs.preparation_s`` (Table 3's worker); a class of another TP degree has
+    ``preparation_for(tp)`` to do, so its figure is ``preparation_s − left``: negative where a larger worker has
+    more left than Table 3's. New workers formed on regrouped GPUs have done none. Without per-TP costs this is
+    the preparation done.
     """
     done = {s.worker.id: s.worker.prepared_s for s in classified.slots}
     return {
-        c.key: min((done[i] for i in c.slot_ids), default=0.0)
+        c.key: costs.preparation_s
+        - max(0.0, costs.preparation_for(c.tp) - min((done[i] for i in c.slot_ids), default=0.0))
         for c in classified.classes
         if classified.category[c.key] is _Category.NEW_PREEMPTIBLE
     }

@@ -109,6 +109,32 @@ def test_plan_admits_at_the_next_decision_point_with_what_was_prepared() -> None
     assert not partial.decision.expanded, partial.decision.reason
 
 
+def test_the_gate_counts_the_preparation_left_at_the_workers_own_size() -> None:
+    # The idle preemptible slots are TP1 workers; with per-TP costs a TP1 worker needs 80 s of preparation, not
+    # Table 3's 56.29 s. 50 s done leaves 30 s + 11.05 s = 41.05 s to ready > the 40 s expected residence.
+    costs = COSTS.model_copy(update={"preparation_s_by_tp": {1: 80.0}})
+    assert costs.preparation_for(1) == 80.0
+    kept = plan(
+        _short_batch_cluster(50.0),
+        MODEL,
+        costs=costs,
+        policy=RESIDENCE,
+        policy_state=SHORT_LIVED,
+        backend="enumeration",
+    )
+    assert not kept.decision.expanded, kept.decision.reason
+    # 73.71 s done: 6.29 s + 11.05 s to ready, as with 50 s of Table 3's 56.29 s above: admitted.
+    admitted = plan(
+        _short_batch_cluster(73.71),
+        MODEL,
+        costs=costs,
+        policy=RESIDENCE,
+        policy_state=SHORT_LIVED,
+        backend="enumeration",
+    )
+    assert admitted.decision.expanded and admitted.gpus_used == 4, admitted.decision.reason
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     prepared=st.lists(st.floats(min_value=0.0, max_value=80.0), min_size=1, max_size=3),
