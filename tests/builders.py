@@ -137,6 +137,24 @@ def state(
     )
 
 
+def short_batch_state() -> ClusterState:
+    """Two dedicated TP1 workers serving a short batch, two preemptible GPUs just arrived and idle.
+
+    256 trajectories of 5 turns of 60 tokens with 0.5 s tools (about 11 s a batch): shorter than a preemptible
+    worker's preparation, the case the gate horizons are about (docs/policies.md).
+    """
+    slots = [Slot(role=Role.COLOCATED)] * 2 + [Slot(zone=Zone.PREEMPTIBLE)] * 2
+    load = workload(
+        batch_size=256,
+        unfinished=256,
+        turns=5.0,
+        generated_tokens_per_turn=60.0,
+        env_time_per_turn_s=0.5,
+        env_time_std_s=0.4,
+    )
+    return state(slots, load=load)
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` TCP ports on 127.0.0.1 that were free a moment ago, below the kernel's ephemeral range.
 

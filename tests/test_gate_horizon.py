@@ -31,8 +31,7 @@ from pearl_sched.policies import (
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.experiment import fitted_hazard_per_s
 from pearl_sched.sim.scenario import load_scenario
-from pearl_sched.state import Role, Zone
-from tests.builders import DATA, MODEL, Slot, state, workload
+from tests.builders import DATA, MODEL, short_batch_state
 
 COSTS = TransitionCosts()  # PEARL Table 3, Qwen3-8B: preparation 56.29 s, finalisation 11.05 s
 RESIDENCE = PolicyConfig()
@@ -238,16 +237,7 @@ def test_plan_admits_preemptible_gpus_on_short_batches_only_with_the_horizon() -
     # Two dedicated workers serve a short batch (256 trajectories of 5 turns of 60 tokens, 0.5 s tools: ~11 s);
     # two preemptible GPUs have just arrived. PEARL's one-batch gate leaves them idle; over Bamboo's expected
     # residence they pay off.
-    slots = [Slot(role=Role.COLOCATED)] * 2 + [Slot(zone=Zone.PREEMPTIBLE)] * 2
-    load = workload(
-        batch_size=256,
-        unfinished=256,
-        turns=5.0,
-        generated_tokens_per_turn=60.0,
-        env_time_per_turn_s=0.5,
-        env_time_std_s=0.4,
-    )
-    cluster = state(slots, load=load)
+    cluster = short_batch_state()
     ours = plan(cluster, MODEL, policy=RESIDENCE, policy_state=BAMBOO, backend="enumeration")
     pearl = plan(cluster, MODEL, policy=ONE_BATCH, policy_state=BAMBOO, backend="enumeration")
     assert ours.makespan.total_s < COSTS.preparation_s  # the batch is shorter than one preparation

@@ -10,6 +10,7 @@ runs on a cluster that does not prepare ahead, so it sees exactly the states it 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,10 +22,10 @@ from pearl_sched.control import Assignment, Event
 from pearl_sched.policies import expansion_gate, expansion_ready_s
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES
-from pearl_sched.sim.cluster import SimCluster, run_segment
+from pearl_sched.sim.cluster import SegmentResult, SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, setting_for
 from pearl_sched.state import ClusterState, Worker, Zone
-from tests.builders import DATA, MODEL, Slot, state, tiny, workload
+from tests.builders import DATA, MODEL, Slot, short_batch_state, state, tiny, workload
 
 COSTS = TransitionCosts()  # PEARL Table 3, Qwen3-8B: preparation 56.29 s, finalisation 11.05 s
 RESIDENCE = PolicyConfig()
@@ -72,16 +73,7 @@ def test_the_hazard_still_refuses_when_the_rest_outlasts_the_residence() -> None
 
 def _short_batch_cluster(prepared_s: float) -> ClusterState:
     """Two dedicated workers serving a short batch; two preemptible GPUs idle, ``prepared_s`` into preparation."""
-    slots = [Slot(role=Role.COLOCATED)] * 2 + [Slot(zone=Zone.PREEMPTIBLE)] * 2
-    load = workload(
-        batch_size=256,
-        unfinished=256,
-        turns=5.0,
-        generated_tokens_per_turn=60.0,
-        env_time_per_turn_s=0.5,
-        env_time_std_s=0.4,
-    )
-    cluster = state(slots, load=load)
+    cluster = short_batch_state()
     workers = tuple(
         w.model_copy(update={"prepared_s": prepared_s}) if w.rollout_role is None else w for w in cluster.workers
     )
@@ -208,16 +200,14 @@ def test_the_simulated_cluster_prepares_arrived_gpus_only_when_asked() -> None:
         assert _preemptible(cluster).prepared_s == 0.0
 
 
-@pytest.mark.needs_data
-def test_pearl_faithful_sees_the_states_it_saw_before() -> None:
-    # PEARL prepares a GPU only once its gate admits it: its cluster never prepares ahead, so every state its
-    # planner is given reports no progress and dumps exactly as before the field existed; its figures do not move.
-    spec = POLICIES["pearl"]
-    assert not spec.background_preparation
+def _run_recording(
+    policy: str, *, background_preparation: bool
+) -> tuple[list[ClusterState], SegmentResult, Any, TransitionCosts]:
+    """``policy`` over 15 tiny minutes of a trace that brings and takes preemptible GPUs, every state it saw kept."""
     scenario = tiny(max_preemptible_gpus=4)
     setting = setting_for(scenario, DATA)
     costs = costs_for(scenario)
-    decider = spec.build(setting, costs, PolicyConfig())
+    decider = POLICIES[policy].build(setting, costs, PolicyConfig())
     seen: list[ClusterState] = []
     inner = decider.decide
 
@@ -227,7 +217,18 @@ def test_pearl_faithful_sees_the_states_it_saw_before() -> None:
 
     decider.decide = recording  # type: ignore[method-assign]
     trace = AvailabilityTrace(np.array([0.0, 200.0, 500.0]), np.array([4.0, 8.0, 6.0]), 900.0)
-    result = run_segment(setting, trace, decider, costs=costs, tick_s=60.0)
+    result = run_segment(
+        setting, trace, decider, costs=costs, tick_s=60.0, background_preparation=background_preparation
+    )
+    return seen, result, decider, costs
+
+
+@pytest.mark.needs_data
+def test_pearl_faithful_sees_the_states_it_saw_before() -> None:
+    # PEARL prepares a GPU only once its gate admits it: its cluster never prepares ahead, so every state its
+    # planner is given reports no progress and dumps exactly as before the field existed; its figures do not move.
+    assert not POLICIES["pearl"].background_preparation
+    seen, result, decider, _ = _run_recording("pearl", background_preparation=False)
     assert result.steps and len(seen) > 3
     assert all(w.prepared_s == 0.0 for s in seen for w in s.workers)
     assert all("prepared_s" not in s.model_dump_json() for s in seen)
@@ -238,20 +239,7 @@ def test_pearl_faithful_sees_the_states_it_saw_before() -> None:
 def test_the_prepared_ablation_reports_progress_to_its_planner() -> None:
     spec = POLICIES["pearl_sched-prepared"]
     assert spec.background_preparation and spec.fitted_hazard
-    scenario = tiny(max_preemptible_gpus=4)
-    setting = setting_for(scenario, DATA)
-    costs = costs_for(scenario)
-    decider = spec.build(setting, costs, PolicyConfig())
-    seen: list[ClusterState] = []
-    inner = decider.decide
-
-    def recording(event: Event, observed: ClusterState):  # type: ignore[no-untyped-def]
-        seen.append(observed)
-        return inner(event, observed)
-
-    decider.decide = recording  # type: ignore[method-assign]
-    trace = AvailabilityTrace(np.array([0.0, 200.0, 500.0]), np.array([4.0, 8.0, 6.0]), 900.0)
-    result = run_segment(setting, trace, decider, costs=costs, tick_s=60.0, background_preparation=True)
+    seen, result, _, costs = _run_recording("pearl_sched-prepared", background_preparation=True)
     assert result.steps
     progress = [w.prepared_s for s in seen for w in s.workers]
     assert all(0.0 <= p <= costs.preparation_s for p in progress)

@@ -172,12 +172,18 @@ def smg(tmp_path: Path) -> Iterator[Gateway]:
 
 
 def make_cluster(
-    tmp_path: Path, gateway: Gateway, slots: Sequence[SlotSpec], version: str = NEWEST, **kwargs: Any
+    tmp_path: Path,
+    gateway: Gateway,
+    slots: Sequence[SlotSpec],
+    version: str = NEWEST,
+    launcher: RecordingLauncher | None = None,
+    **kwargs: Any,
 ) -> SGLangCluster:
+    """A cluster of fake servers of ``version`` behind ``gateway``; ``launcher``: a dead controller's, to resume."""
     kwargs.setdefault("ports", free_ports(24))
     return SGLangCluster(
         slots=slots,
-        launcher=RecordingLauncher((*FAKE, "--fake-version", version), log_dir=tmp_path / "servers"),
+        launcher=launcher or RecordingLauncher((*FAKE, "--fake-version", version), log_dir=tmp_path / "servers"),
         gateway=gateway,
         model_path="fake/model",
         workload=_workload(),
@@ -463,20 +469,11 @@ def test_a_controller_resumes_a_regrouped_cluster_and_rolls_back_an_unfinished_r
     x0 = adapter._slots["x0"].handle
     assert x0 is not None and x0.alive()
 
-    def resume(**kwargs: Any) -> SGLangCluster:
-        return SGLangCluster(
-            slots=slots,
-            launcher=adapter.launcher,
-            gateway=adapter.gateway,
-            model_path="fake/model",
-            workload=_workload(),
-            journal=Journal(tmp_path / "journal.jsonl"),
-            drain_s=0.5,
-            ready_timeout_s=30.0,
-            sglang_version=NEWEST,
-            ports=pool,
-            **kwargs,
-        )
+    def resume() -> SGLangCluster:
+        """A new controller over the dead one's servers, gateway and journal."""
+        launcher = adapter.launcher
+        assert isinstance(launcher, RecordingLauncher)
+        return make_cluster(tmp_path, adapter.gateway, slots, launcher=launcher, ports=pool)
 
     resumed = resume()
     state = resumed.observe()
