@@ -517,17 +517,18 @@ class SGLangCluster:
 
     def _dissolve(self, slot_id: str, plan_id: str) -> None:
         """Drop a slot whose GPUs new workers took (it serves nothing now), and journal that."""
-        slot = self._slots.pop(slot_id)
-        spec = slot.spec
-        zone = spec.zone
+        self._journal_dissolved(self._slots.pop(slot_id).spec, None, "regrouped into workers of another size", plan_id)
+
+    def _journal_dissolved(self, spec: SlotSpec, role: Role | None, reason: str, plan_id: str) -> None:
+        """Journal that the slot ``spec`` (serving as ``role``) is gone, so a resumed controller drops it too."""
         record = Action(
             kind=ActionKind.SHRINK,
-            worker_id=slot_id,
+            worker_id=spec.id,
             gpu_ids=spec.gpu_ids,
-            zone=zone,
-            from_role=None,
+            zone=spec.zone,
+            from_role=role,
             to_role=None,
-            reason="regrouped into workers of another size",
+            reason=reason,
             dp=spec.dp,
         )
         self.journal.write("done", record, plan_id, {"dissolved": True})
@@ -549,21 +550,7 @@ class SGLangCluster:
             slot.pid = slot.pid or pids.get(slot_id)
             self._stop(slot)
             self._slots.pop(slot_id)
-            self.journal.write(
-                "done",
-                Action(
-                    kind=ActionKind.SHRINK,
-                    worker_id=slot_id,
-                    gpu_ids=slot.spec.gpu_ids,
-                    zone=slot.spec.zone,
-                    from_role=slot.role,
-                    to_role=None,
-                    reason="unfinished regroup rolled back",
-                    dp=slot.spec.dp,
-                ),
-                "resume",
-                {"dissolved": True},
-            )
+            self._journal_dissolved(slot.spec, slot.role, "unfinished regroup rolled back", "resume")
 
     def _desired(self) -> dict[str, Registration]:
         return {self._url(s): self._registration(s, s.role) for s in self._slots.values() if s.role is not None}
