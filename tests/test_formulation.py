@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pearl_sched import Mode, Role, Zone
-from pearl_sched.problem import ROLES, ClassProblem, SlotClass, brute_force, evaluate
+from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, SlotClass, brute_force, evaluate
 from pearl_sched.solvers import available_backends, enumerate_configurations, get_backend, solve_class_problem
+from pearl_sched.solvers.formulation import max_capacity, mode_bound, mode_lower_bound
 
 from .builders import MODEL, workload
 
@@ -114,6 +116,23 @@ def test_milp_equals_enumeration_on_homogeneous_pools(problem: ClassProblem) -> 
         return
     assert milp is not None
     assert _same_objective(milp.objective_s, enumerated.objective_s)
+
+
+@given(problems(), st.booleans())
+def test_the_mode_bound_is_a_lower_bound_on_every_configuration_of_its_mode(problem: ClassProblem, fix: bool) -> None:
+    # The bound that lets the MILP skip a mode: never above the mode's optimum (brute force), never below the
+    # full-capacity bound it tightens; no configuration has more capacity in a role than max_capacity says.
+    if fix:  # the hysteresis "keep" problem: serving classes fixed to their role
+        problem = problem.with_classes([replace(c, fixed=c.current_role is not None) for c in problem.classes])
+    for mode in problem.modes:
+        bound = mode_bound(problem, mode)
+        assert bound >= mode_lower_bound(problem, mode) - 1e-9
+        optimum = brute_force(replace(problem, modes=(mode,)))
+        if optimum is None:
+            continue
+        assert bound <= optimum.objective_s + 1e-9 * max(1.0, abs(optimum.objective_s)), (mode, bound, optimum)
+        for role in MODE_ROLES[mode]:
+            assert optimum.capacity[role] <= max_capacity(problem, role) * (1 + 1e-12) + 1e-12
 
 
 @given(problems())
