@@ -233,3 +233,21 @@ print(result.status, result.values)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "optimal (3.0,)"
+
+
+@given(problems(), problems())
+@settings(max_examples=20)
+def test_highs_answers_the_same_on_its_reused_object_as_on_a_fresh_one(first: ClassProblem, then: ClassProblem) -> None:
+    """The backend clears one ``Highs`` object per thread between solves: a new thread makes a fresh one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def outcome(problem: ClassProblem) -> tuple[object, ...]:
+        result = solve_class_problem(problem, get_backend("highs"), time_limit_s=10)
+        solution = result.solution
+        return (result.status, result.rounds, solution and (solution.mode, solution.counts, solution.objective_s))
+
+    outcome(first)  # the reused object has just solved another model
+    reused = outcome(then)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fresh = list(pool.map(outcome, [then, then]))
+    assert fresh == [reused, reused]
