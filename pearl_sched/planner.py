@@ -242,15 +242,24 @@ def plan(
     digest = input_digest(state, model, costs, policy, pstate, resolved)
     label = backend if backend != "auto" else f"auto:{resolved}"
 
-    def once(at: ClusterState) -> Plan:
-        return _plan_once(at, model, costs, policy, pstate, resolved, time_limit_s, label, digest)
+    classified: dict[int, tuple[ClusterState, _Classified]] = {}
 
-    return _settle(state, model, once(state), once, costs, policy, label, digest, pstate)
+    def classify(at: ClusterState) -> _Classified:  # step 1, once per state: _compose classifies ``state`` again
+        seen = classified.get(id(at))
+        if seen is None or seen[0] is not at:
+            seen = classified[id(at)] = (at, _classify(at, model, costs, policy))
+        return seen[1]
+
+    def once(at: ClusterState) -> Plan:
+        return _plan_once(at, model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
+
+    return _settle(state, model, once(state), once, classify, label, digest, pstate)
 
 
 def _plan_once(
     state: ClusterState,
     model: MakespanModel,
+    classified: _Classified,
     costs: TransitionCosts,
     policy: PolicyConfig,
     pstate: PolicyState,
@@ -259,9 +268,8 @@ def _plan_once(
     label: str,
     digest: str,
 ) -> Plan:
-    """Steps 1-5 once, for ``state`` as given."""
+    """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1)."""
     solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
-    classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:
@@ -302,8 +310,7 @@ def _settle(
     model: MakespanModel,
     first: Plan,
     once: Callable[[ClusterState], Plan],
-    costs: TransitionCosts,
-    policy: PolicyConfig,
+    classify: Callable[[ClusterState], _Classified],
     label: str,
     digest: str,
     pstate: PolicyState,
@@ -323,7 +330,7 @@ def _settle(
         after = once(apply_actions(state, current.actions))
         if not after.actions:
             return current
-        composed = _compose(state, model, current, after, costs, policy, label, digest, pstate)
+        composed = _compose(state, model, current, after, classify(state), label, digest, pstate)
         if composed is None:
             break
         current = composed
@@ -336,14 +343,15 @@ def _compose(
     model: MakespanModel,
     first: Plan,
     then: Plan,
-    costs: TransitionCosts,
-    policy: PolicyConfig,
+    classified: _Classified,
     label: str,
     digest: str,
     pstate: PolicyState,
 ) -> Plan | None:
-    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to)."""
-    classified = _classify(state, model, costs, policy)
+    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to).
+
+    ``classified`` is step 1 for ``state``, as the first plan made it.
+    """
     problem = classified.base.with_classes(classified.classes)
     if classified.gpu_pool is None:
         target = then.roles()

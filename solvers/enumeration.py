@@ -86,6 +86,8 @@ def assign(
             if remaining.get(role, 0) <= 0:
                 break
             cls = problem.classes[k]
+            if not free[k] or gpus_left < cls.tp:  # nothing to take (the ledger's room is never negative)
+                continue
             take = min(free[k], remaining[role], gpus_left // cls.tp, ledger.room(cls))
             ledger.take(cls, take)
             counts[k][ROLES.index(role)] += take
