@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import NamedTuple
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
@@ -83,8 +84,7 @@ class _Category(Enum):
     OUT = "out"
 
 
-@dataclass(frozen=True)
-class _Slot:
+class _Slot(NamedTuple):  # a tuple: a plan() call makes one per worker slot, several times over
     worker: Worker
     zone: Zone
     gpu_type: str
@@ -92,6 +92,7 @@ class _Slot:
     node_group: str
     category: _Category
     reason: str
+    role: Role | None  # the worker's rollout role now
 
 
 @dataclass(frozen=True)
@@ -785,7 +786,7 @@ def _join(head: str, tail: str) -> str:
 def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts, policy: PolicyConfig) -> _Classified:
     """Step 1: slot categories, classes of interchangeable slots, and the problem over the base slots."""
     slots = _categorise(state, costs, policy)
-    in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
+    in_use = sum(1 for s in slots if s.role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
     classes, category = _classes(state, model, slots, costs, n_ref)
@@ -816,11 +817,13 @@ def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfi
     budget = state.budget
     index = state.gpu_index()
     for worker in state.workers:
-        gpus = [index[g] for g in worker.gpu_ids]
+        ids = worker.gpu_ids
+        gpus = [index[ids[0]]] if len(ids) == 1 else [index[g] for g in ids]
         zone = gpus[0].zone
-        serving = worker.rollout_role is not None
+        role = worker.rollout_role
+        serving = role is not None
         category, reason = _Category.BASE, ""
-        if not all(g.available for g in gpus):
+        if not (gpus[0].available if len(gpus) == 1 else all(g.available for g in gpus)):
             category, reason = _Category.OUT, "preempted: GPU unavailable"
         elif zone is Zone.PREEMPTIBLE and not budget.allow_preemptible:
             category, reason = _Category.OUT, "budget does not allow preemptible GPUs"
@@ -837,7 +840,7 @@ def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfi
                     category = _Category.NEW_OVERLAP
                 else:
                     category, reason = _Category.OUT, f"idle window {reclaim:.1f} s too short to borrow"
-        slots.append(_Slot(worker, zone, gpus[0].type, worker.tp, gpus[0].node_group, category, reason))
+        slots.append(_Slot(worker, zone, gpus[0].type, len(ids), gpus[0].node_group, category, reason, role))
     return slots
 
 
@@ -847,10 +850,14 @@ def _classes(
     """Classes of interchangeable slots (sorted by key), and each class key's category."""
     # Node groups are not in the key: no constraint or cost depends on them yet, so slots that differ only
     # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
+    by_kind: dict[tuple[object, ...], list[_Slot]] = {}
+    for s in slots:  # grouped on the enum members; their string key is made once per group
+        label = s.role if s.role is not None else _role_label(s)
+        by_kind.setdefault((s.zone, s.gpu_type, s.tp, label, s.category), []).append(s)
     groups: dict[tuple[str, str, str, str, str], list[_Slot]] = {}
-    for s in slots:
-        key = (s.zone.value, s.gpu_type, f"tp{s.tp}", _role_label(s), s.category.value)
-        groups.setdefault(key, []).append(s)
+    for members in by_kind.values():
+        s = members[0]
+        groups[s.zone.value, s.gpu_type, f"tp{s.tp}", _role_label(s), s.category.value] = members
     workload = state.workload
     classes = []
     category: dict[str, _Category] = {}
@@ -1061,9 +1068,8 @@ def _role_label(slot: _Slot) -> str:
 
     Slots whose preparation differs cost differently to start, so they are not interchangeable.
     """
-    role = slot.worker.rollout_role
-    if role is not None:
-        return role.value
+    if slot.role is not None:
+        return slot.role.value
     prepared = _prepared(slot)
     return f"off-prepared{prepared:.0f}s" if prepared > 0 else "off"
 
