@@ -245,12 +245,16 @@ def _admission_pause(model: LinearModel, problem: ClassProblem, y: Mapping[tuple
 
 def _node_blocks(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> None:
     """Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps for every pool p and block size s; no rows without pools."""
+    if not problem.pools:
+        return
+    columns: dict[int, list[int]] = {}  # class → its columns, in y's order
+    for (k, _), j in y.items():
+        columns.setdefault(k, []).append(j)
     for pool in problem.pools:
+        in_pool = [k for k in columns if problem.classes[k].pool == pool.key]
         for block, limit in sorted(pool.block_gpus.items()):
             row = {
-                j: float(problem.classes[k].tp)
-                for (k, _), j in y.items()
-                if problem.classes[k].pool == pool.key and problem.classes[k].tp >= block
+                j: float(problem.classes[k].tp) for k in in_pool if problem.classes[k].tp >= block for j in columns[k]
             }
             if row:
                 model.add_row(row, hi=float(limit), name=f"node_blocks[{pool.key},tp{block}]")
@@ -366,7 +370,7 @@ def solve_class_problem(
     wall, rounds, rounding, bound = 0.0, 0, 0.0, math.inf
     statuses = []
     for mode in modes:
-        if best is not None and _cannot_win(problem, mode, best.objective_s):
+        if best is not None and _cannot_win(problem, mode, best):
             statuses.append("optimal")  # pruned: this mode cannot beat the incumbent
             continue
         sub = replace(problem, modes=(mode,))
@@ -392,16 +396,17 @@ def solve_class_problem(
     return MilpOutcome(best, status, bound, wall, rounds, rounding)
 
 
-def _cannot_win(problem: ClassProblem, mode: Mode, incumbent_s: float) -> bool:
-    """Whether no configuration in ``mode`` can beat ``incumbent_s``, so the mode's MILP need not run.
+def _cannot_win(problem: ClassProblem, mode: Mode, incumbent: ClassSolution) -> bool:
+    """Whether no configuration in ``mode`` can beat ``incumbent``, so the mode's MILP need not run.
 
     The full-capacity bound within the long-standing 1e-9 tolerance, or :func:`mode_bound` strictly above the
     incumbent (a candidate replaces the incumbent only when better by 1e-12, so this skips only solves whose
-    answer would have been discarded).
+    answer would have been discarded; never the incumbent's own mode, where the incumbent bounds it).
     """
-    if mode_lower_bound(problem, mode) >= incumbent_s - 1e-9:
+    objective_s = incumbent.objective_s
+    if mode_lower_bound(problem, mode) >= objective_s - 1e-9:
         return True
-    return mode_bound(problem, mode) > incumbent_s + 1e-9 * max(1.0, abs(incumbent_s))
+    return mode is not incumbent.mode and mode_bound(problem, mode) > objective_s + 1e-9 * max(1.0, abs(objective_s))
 
 
 def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
