@@ -789,10 +789,11 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
     in_use = sum(1 for s in slots if s.role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
-    classes, category = _classes(state, model, slots, costs, n_ref)
     pools: tuple[GpuPool, ...] = ()
     layouts = gpu_pool = None
-    if state.worker_sizes is not None:
+    if state.worker_sizes is None:
+        classes, category = _classes(state, model, slots, costs, n_ref)
+    else:
         sized = _sized(state, model, slots, costs, n_ref, state.worker_sizes)
         classes, category, pools, layouts, gpu_pool = sized
     workload = state.workload
@@ -959,10 +960,10 @@ def _sized(
     pool_category: dict[str, _Category] = {}
     pooled_slots: dict[str, str] = {}  # slot id → pool
     for s in slots:
-        gpus = [index[g] for g in s.worker.gpu_ids]
         if s.zone is Zone.OVERLAP or s.category not in (_Category.BASE, _Category.NEW_PREEMPTIBLE):
             continue
-        if len({g.node for g in gpus}) > 1:
+        gpus = [index[g] for g in s.worker.gpu_ids]
+        if len(gpus) > 1 and len({g.node for g in gpus}) > 1:
             continue
         slot_pool = _pool_of(gpus[0])
         pool_category[slot_pool] = _pool_category(s.zone)
@@ -989,13 +990,17 @@ def _sized(
         return frozenset(r for r, options in sizes.by_role().items() if size in options)
 
     groups: dict[tuple[str, ...], list[_Slot]] = {}
+    size_labels: dict[tuple[int, int], str] = {}  # (tp, dp) → the size's label, made once per size
     for s in slots:
         # Slots outside every pool (overlap, out, or spanning nodes) keep their size; the marker keeps a slot
         # spanning nodes out of the class of pooled slots it would otherwise share a key with.
         pool = pooled_slots.get(s.worker.id) or (
-            "spans-nodes" if len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
+            "spans-nodes" if s.tp > 1 and len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
         )
-        group = (s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s))
+        size = size_labels.get((s.tp, s.worker.dp))
+        if size is None:
+            size = size_labels[s.tp, s.worker.dp] = s.worker.size.label
+        group = (s.zone.value, s.gpu_type, size, _role_label(s))
         groups.setdefault((*group, s.category.value, pool), []).append(s)
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
