@@ -997,10 +997,10 @@ def _sized(
         pool = pooled_slots.get(s.worker.id) or (
             "spans-nodes" if s.tp > 1 and len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
         )
-        size = size_labels.get((s.tp, s.worker.dp))
-        if size is None:
-            size = size_labels[s.tp, s.worker.dp] = s.worker.size.label
-        group = (s.zone.value, s.gpu_type, size, _role_label(s))
+        size_label = size_labels.get((s.tp, s.worker.dp))
+        if size_label is None:
+            size_label = size_labels[s.tp, s.worker.dp] = s.worker.size.label
+        group = (s.zone.value, s.gpu_type, size_label, _role_label(s))
         groups.setdefault((*group, s.category.value, pool), []).append(s)
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
