@@ -45,8 +45,9 @@ class of a role has the same weight, so capacities live on a lattice — chords 
 points, exact there. The solve loop (:func:`solve_class_problem`) adds cuts tight at the incumbent capacity
 until the cut value equals f_r(E_r) there, so the final answer is optimal for the exact objective (outer
 approximation over finitely many capacity values). Each mode is solved on its own (m fixed), the start
-solution's mode first, its optimum a cutoff for the other. The objective's constant terms make the reported
-objective equal :func:`~pearl_sched.problem.evaluate` at the solution.
+solution's mode first, its optimum a cutoff for the other (skipped when :func:`mode_bound` proves it cannot
+win). The objective's constant terms make the reported objective equal :func:`~pearl_sched.problem.evaluate`
+at the solution.
 
 :func:`build_model` writes one helper per constraint family, in the order above; each row is named after its
 line (``one_role_per_slot``, ``gpu_budget``, ...), so a dumped model reads like this docstring.
