@@ -138,7 +138,7 @@ class _SolveContext:
 
     backend: str  # a registry name, or "enumeration"
     time_limit_s: float
-    mode: Mode | None = None
+    mode: Mode | None = None  # the mode of the state planned (None: nothing serves)
     count: int = 0
     wall_s: float = 0.0
     rounds: int = 0
@@ -372,6 +372,7 @@ def _compose(
     solves = _SolveContext(
         first.solver.backend,
         1.0,
+        mode=state.mode,
         count=first.solver.solves + then.solver.solves,
         wall_s=first.solver.wall_time_s + then.solver.wall_time_s,
         rounds=first.solver.rounds + then.solver.rounds,
@@ -658,7 +659,7 @@ def _hysteresis(
 ) -> tuple[Decision, _Solved]:
     """Step 4: decide between the best configuration and keeping every surviving slot's role."""
     gates = "; ".join(reasons)
-    if state.mode is None:
+    if solves.mode is None:  # the state's mode (worked out once per pass: a walk over every worker)
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
     survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
     changes_survivor = any(
@@ -729,7 +730,7 @@ def _assemble(
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in pairs)
     gain_s = gain_pct = None
-    status_quo = _status_quo(classified.base, state.mode)
+    status_quo = _status_quo(classified.base, solves.mode)
     if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
         before_s = model.predict(workload, _pool_capacity(status_quo)).total_s
         gain_s = rho * (before_s - breakdown.total_s)

@@ -83,6 +83,7 @@ class _Columns:
     makespan: int
     admission: int | None
     weights: dict[Role, list[tuple[int, float]]]  # per role: (column of y_kr, κ_kr), what every cut row repeats
+    by_class: list[tuple[int | None, ...]]  # per class, the column of y_kr for each role of ROLES (None: none)
 
     @classmethod
     def of(
@@ -92,7 +93,8 @@ class _Columns:
         weights: dict[Role, list[tuple[int, float]]] = {role: [] for role in ROLES}
         for (k, role), j in y.items():
             weights[role].append((j, problem.classes[k].weight[role]))
-        return cls(y, mode, makespan, admission, weights)
+        by_class = [tuple(y.get((k, r)) for r in ROLES) for k in range(len(problem.classes))]
+        return cls(y, mode, makespan, admission, weights, by_class)
 
 
 def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]) -> tuple[LinearModel, _Columns]:
@@ -544,10 +546,7 @@ def _call(backend: Backend, model: LinearModel, *, time_limit_s: float) -> Solve
 
 def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:
     mode = Mode.DISAGGREGATED if values[columns.mode] > 0.5 else Mode.COLOCATED
-    counts = tuple(
-        tuple(round(values[columns.y[k, r]]) if (k, r) in columns.y else 0 for r in ROLES)
-        for k in range(len(problem.classes))
-    )
+    counts = tuple(tuple(0 if j is None else round(values[j]) for j in row) for row in columns.by_class)
     return evaluate(problem, mode, counts)  # type: ignore[arg-type]
 
 
