@@ -251,3 +251,20 @@ def test_highs_answers_the_same_on_its_reused_object_as_on_a_fresh_one(first: Cl
     with ThreadPoolExecutor(max_workers=2) as pool:
         fresh = list(pool.map(outcome, [then, then]))
     assert fresh == [reused, reused]
+
+
+def test_sorted_rows_follow_the_rows_through_copies_and_later_rows() -> None:
+    """The matrix a backend reads is the rows', whenever they were added and however the model was copied."""
+    from pearl_sched.solvers.base import LinearModel
+
+    base = LinearModel()
+    x, y, z = (base.add_var(n, 0.0, 5.0, integer=True) for n in "xyz")
+    base.add_row({z: 3.0, x: 1.0}, hi=4.0)
+    assert base.sorted_rows() == [([x, z], [1.0, 3.0])]
+    cuts = LinearModel()
+    cuts.add_row({y: 2.0, x: -1.0}, lo=0.0)
+    model = base.with_rows_of(cuts)
+    model.add_row({z: 1.0, y: 1.0, x: 0.0}, hi=9.0)  # a zero coefficient is not a matrix entry
+    assert model.sorted_rows() == [([x, z], [1.0, 3.0]), ([x, y], [-1.0, 2.0]), ([y, z], [1.0, 1.0])]
+    assert [sorted(r.items()) for r in model.rows] == [list(zip(*row, strict=True)) for row in model.sorted_rows()]
+    assert base.sorted_rows() == [([x, z], [1.0, 3.0])]  # the copy's rows did not leak into the original
