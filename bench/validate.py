@@ -52,8 +52,10 @@ from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import AicCoverageError, AicStepTimes, StepTimeCalibration, aic_version
 from pearl_sched.sim.replay import (
+    PDRole,
     ReplayError,
     replay_closed_loop,
+    replay_disagg_closed_loop,
     replay_open_loop,
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
@@ -180,9 +182,14 @@ def script_kv_dtype(row: dict[str, str]) -> str:
     return SGLANG_KV_DTYPE
 
 
-def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | str]) -> AicStepTimes | str:
+def _engine(
+    row: dict[str, str],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    layout: tuple[int, int, int | None, int | None] | None = None,
+) -> AicStepTimes | str:
+    """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP)."""
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
-    tp, adp, moe_tp, moe_ep, _ = parallelism(row)
+    tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
     kv = script_kv_dtype(row)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
     key += (kv,)
@@ -225,24 +232,25 @@ class Replayed:
     backend_version: str = ""
 
 
-def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
-    """Replay every aggregated SGLang row the engine covers."""
+def sglang_silicon_rows() -> list[dict[str, str]]:
+    """The SGLang rows of aiconfigurator-core's ``systems/silicon_sample.csv`` (``nan`` read as empty)."""
     import aiconfigurator_core
 
     path = Path(aiconfigurator_core.__file__).parent / "systems" / "silicon_sample.csv"
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["backend"] == "sglang"]
-    rows = [{k: ("" if v == "nan" else v) for k, v in r.items()} for r in rows]
-    cache: dict[tuple[object, ...], AicStepTimes | str] = {}
+    return [{k: ("" if v == "nan" else v) for k, v in r.items()} for r in rows]
+
+
+def silicon_rows(
+    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+) -> tuple[list[Replayed], Counter[str], str]:
+    """Replay every aggregated SGLang row the engine covers."""
     skipped: Counter[str] = Counter()
     out: list[Replayed] = []
     source = ""
-    for row in rows[:limit] if limit else rows:
+    for row in rows:
         if row["mode"] != "agg":
-            if row["prefill_num_workers"] and row["decode_num_workers"]:
-                skipped["disagg rows with worker counts: no PD replay with attention-DP ranks yet"] += 1
-            else:
-                skipped["disagg rows without prefill/decode worker counts: the deployment is not recorded"] += 1
             continue
         engine = _engine(row, cache)
         if isinstance(engine, str):
@@ -280,6 +288,173 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
             Replayed(measured, engine, isl, osl, conc, chunk, harness, parallelism(row)[4], row["backend_version"])
         )
     return out, skipped, source
+
+
+DISAGG_LAYOUT_FIELDS = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def _side(row: dict[str, str], role: str) -> tuple[int, int, int | None, int | None]:
+    """(TP, attention-DP, MoE TP, EP) of one role of a disaggregated row (``prefill_…`` / ``decode_…`` columns)."""
+    tp, adp, moe_tp, moe_ep = (_int(row[f"{role}_{name}"]) for name in DISAGG_LAYOUT_FIELDS)
+    return tp or 1, adp or 1, moe_tp, moe_ep
+
+
+def _has_workers(row: dict[str, str]) -> bool:
+    return bool(row["prefill_num_workers"] and row["decode_num_workers"])
+
+
+def recorded_concurrency(row: dict[str, str]) -> int | None:
+    """A row's benchmark concurrency: ``silicon_concurrency=`` in its source, else (rows with worker counts) the
+    decode batch per rank × decode ranks × decode workers, the product that equals the recorded concurrency on every
+    row that records both (97 of 97)."""
+    match = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
+    if match:
+        return int(match.group(1))
+    if row["batch_size"]:
+        return int(float(row["batch_size"]))
+    if _has_workers(row) and row["decode_batch_size"]:
+        return int(row["decode_batch_size"]) * int(row["decode_num_workers"]) * _side(row, "decode")[1]
+    return None
+
+
+SAME_ARCHITECTURE = {"deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3"}
+"""Model ids naming one architecture (DeepSeek-R1 is DeepSeek-V3's architecture, config and size): the database dump
+records its DeepSeek-R1 runs (ids ``dsr1_…``) under ``deepseek-ai/DeepSeek-V3``, the dated exports under R1."""
+
+
+def _measurement_key(row: dict[str, str]) -> tuple[object, ...]:
+    return (
+        SAME_ARCHITECTURE.get(row["model_path"], row["model_path"]),
+        row["system"],
+        row["precision"],
+        row["isl"],
+        row["osl"],
+        recorded_concurrency(row),
+        round(float(row["silicon_ttft_ms"]), 3),
+        round(float(row["silicon_tpot_ms"]), 3),
+    )
+
+
+def deployment_twins(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    """For disaggregated rows without worker counts: the row with worker counts that holds the same measurement.
+
+    The dated CSV exports repeat benchmarks of the database dump without its worker counts; a row of both with the
+    same model, GPU, precision, ISL, OSL, concurrency and measured TTFT and TPOT (to the µs) is one measurement, and
+    the dump's row records its deployment (the model id may differ: :data:`SAME_ARCHITECTURE`). Returns
+    ``{row id: twin}`` for the rows that have exactly one twin.
+    """
+    recorded: dict[tuple[object, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        if row["mode"] == "disagg" and _has_workers(row):
+            recorded.setdefault(_measurement_key(row), []).append(row)
+    twins = {}
+    for row in rows:
+        if row["mode"] == "disagg" and not _has_workers(row):
+            found = recorded.get(_measurement_key(row), [])
+            if len(found) == 1:
+                twins[row["id"]] = found[0]
+    return twins
+
+
+def _link_bytes_per_s(system: str) -> float:
+    """One GPU's P→D bandwidth, one direction: the system file's ``inter_node_bw`` (NVLink within a GB200/GB300
+    rack, the node's RDMA NICs per GPU elsewhere), as the rollout world's setting reads it."""
+    import aiconfigurator_core
+    import yaml
+
+    spec = Path(aiconfigurator_core.__file__).parent / "systems" / f"{system}.yaml"
+    return float(yaml.safe_load(spec.read_text())["node"]["inter_node_bw"])
+
+
+@dataclass
+class DisaggReplayed:
+    """A disaggregated row's replay and how its deployment was read."""
+
+    row: Row
+    decode_engine: AicStepTimes
+    isl: int
+    osl: int
+    concurrency: int
+    from_twin: bool
+
+
+def disagg_rows(
+    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+) -> tuple[list[DisaggReplayed], Counter[str]]:
+    """Replay every disaggregated SGLang row whose deployment is recorded (in the row or in its twin).
+
+    Each role runs at its own recorded parallelism (TP, attention-DP, MoE TP / EP) with aiconfigurator-core step
+    times and KV pool per rank, ``prefill_num_workers`` / ``decode_num_workers`` engines, the prompt's whole KV over
+    each prefill rank's link, and the row's closed-loop concurrency sent as its harness sent it
+    (:func:`pearl_sched.sim.replay.replay_disagg_closed_loop`). Rows without worker counts use the deployment of
+    their twin (:func:`deployment_twins`); the rest are not run (``validate-coverage`` says why).
+    """
+    twins = deployment_twins(rows)
+    out: list[DisaggReplayed] = []
+    skipped: Counter[str] = Counter()
+    for row in rows:
+        if row["mode"] != "disagg":
+            continue
+        deployment = row if _has_workers(row) else twins.get(row["id"])
+        if deployment is None:
+            skipped[
+                "disagg rows without worker counts and no twin that records them: the deployment is not recorded"
+            ] += 1
+            continue
+        conc = recorded_concurrency(row)
+        if conc is None:
+            skipped["disagg rows without a recorded concurrency"] += 1
+            continue
+        roles = []
+        for role in ("prefill", "decode"):
+            engine = _engine(deployment, cache, _side(deployment, role))
+            if isinstance(engine, str):
+                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:120]] += 1
+                break
+            gpu_memory = engine.gpu_memory_bytes()
+            gpus = engine.tp * engine.attention_dp
+            roles.append(
+                PDRole(
+                    engine,
+                    workers=int(deployment[f"{role}_num_workers"]),
+                    ranks=engine.attention_dp,
+                    pool_tokens=POOLS[id(engine)],
+                    chunked_prefill_size=sglang_chunked_prefill_size(gpu_memory),
+                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(gpu_memory, gpus),
+                    kv_bytes_per_token=engine.kv_bytes_per_token(),
+                    link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
+                )
+            )
+        if len(roles) < 2:
+            continue
+        isl, osl = int(row["isl"]), int(row["osl"])
+        harness = harness_of(row)
+        try:
+            res = replay_disagg_closed_loop(
+                roles[0],
+                roles[1],
+                isl=isl,
+                osl=osl,
+                concurrency=conc,
+                rounds=harness.prompts_per_client,
+                range_ratio=harness.range_ratio,
+            )
+        except ReplayError as exc:
+            skipped[f"disagg replay refused: {exc}"[:90]] += 1
+            continue
+        except AicCoverageError as exc:
+            skipped[f"{row['model_path']} {row['system']} disagg: {str(exc).rsplit(': ', 1)[-1][:80]}"] += 1
+            continue
+        decode = roles[1]
+        capacity = decode.pool_tokens * decode.ranks * decode.workers
+        dataset = "silicon-sglang-kvbound" if conc * (isl + osl) > capacity else "silicon-sglang"
+        ttft = float(row["silicon_ttft_ms"]) / 1e3
+        tpot = float(row["silicon_tpot_ms"]) / 1e3
+        e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
+        measured = Row(dataset, "disagg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
+        assert isinstance(decode.steps, AicStepTimes)
+        out.append(DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row))
+    return out, skipped
 
 
 def aic_estimate_rows(replayed: list[Replayed]) -> tuple[list[Row], Counter[str]]:
@@ -526,6 +701,24 @@ def unique_line(replayed: list[Replayed]) -> str:
     return f"validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows={len(rows)} {' '.join(parts)}"
 
 
+def disagg_unique_line(disagg: list[DisaggReplayed]) -> str:
+    """MAPE over distinct disaggregated measurements (a twin and its row count once)."""
+    seen: dict[tuple[object, ...], Row] = {}
+    for item in disagg:
+        r = item.row
+        seen.setdefault((item.decode_engine.model_id, item.decode_engine.gpu, item.isl, item.osl, item.concurrency,
+                         round(r.measured_ttft_s, 6), round(r.measured_tpot_s, 6)), r)  # fmt: skip
+    rows = list(seen.values())
+    if not rows:
+        return "validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows=0"
+    parts = []
+    for target in ("ttft", "tpot", "e2e"):
+        measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
+        sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
+        parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
+    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows={len(rows)} {' '.join(parts)}"
+
+
 def mape_lines(rows: list[Row]) -> list[str]:
     """The ``validate`` lines, MAPE by scikit-learn."""
     lines = []
@@ -567,13 +760,35 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
     )
+    parser.add_argument(
+        "--modes",
+        default="agg,disagg",
+        help="which silicon-sglang rows to replay: agg, disagg or both (default agg,disagg)",
+    )
+    parser.add_argument(
+        "--silicon-only", action="store_true", help="skip the dynamo and llmservingsim datasets (faster iterations)"
+    )
     args = parser.parse_args(argv)
+    args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    if not args.modes <= {"agg", "disagg"}:
+        parser.error(f"--modes: unknown mode(s) {sorted(args.modes - {'agg', 'disagg'})}; known: agg, disagg")
     global SCRIPT_KV_FP8
     SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
-    replayed, skipped, source = silicon_rows(args.rows)
-    rows = [r.row for r in replayed]
+    csv_rows = sglang_silicon_rows()
+    csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
+    cache: dict[tuple[object, ...], AicStepTimes | str] = {}
+    replayed: list[Replayed] = []
+    skipped: Counter[str] = Counter()
+    source = ""
+    if "agg" in args.modes:
+        replayed, skipped, source = silicon_rows(csv_rows, cache)
+    disagg: list[DisaggReplayed] = []
+    if "disagg" in args.modes:
+        disagg, disagg_skipped = disagg_rows(csv_rows, cache)
+        skipped += disagg_skipped
+    rows = [r.row for r in replayed] + [d.row for d in disagg]
     if args.calibrate:
         rows += calibrated_rows(replayed)
     if args.aic_estimate:
@@ -589,18 +804,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"validate-note dataset=silicon-sglang rows={corrected} tp_size recorded as TP x EP, read as TP")
     for reason, n in skipped.most_common():
         print(f"validate-coverage dataset=silicon-sglang rows={n} not_run={reason}")
+    twins = sum(d.from_twin for d in disagg)
     print(
-        f"validate-rows dataset=silicon-sglang exist={len(replayed) + sum(skipped.values())} replayed={len(replayed)}"
-        f" not_replayed={sum(skipped.values())} (reasons: the validate-coverage lines)"
+        f"validate-note dataset=silicon-sglang mode=disagg rows={twins} without worker counts, run with the deployment"
+        " their twin row records (same measurement)"
+    )
+    done = len(replayed) + len(disagg)
+    print(
+        f"validate-rows dataset=silicon-sglang exist={done + sum(skipped.values())} replayed={done}"
+        f" (agg {len(replayed)}, disagg {len(disagg)}) not_replayed={sum(skipped.values())}"
+        " (reasons: the validate-coverage lines)"
     )
     print(unique_line(replayed))
-    if (DATA / "dynamo-h200-llama31-8b").is_dir():
+    print(disagg_unique_line(disagg))
+    if args.silicon_only:
+        pass
+    elif (DATA / "dynamo-h200-llama31-8b").is_dir():
         dyn, dyn_source = dynamo_rows()
         rows += dyn
         print(f"validate-source dataset=dynamo {dyn_source}")
     else:
         print(f"validate-coverage dataset=dynamo not_run=no data at {DATA / 'dynamo-h200-llama31-8b'}")
-    if (DATA / "llmservingsim").is_dir():
+    if args.silicon_only:
+        pass
+    elif (DATA / "llmservingsim").is_dir():
         lss, lss_skipped, lss_source = llmservingsim_rows()
         rows += lss
         print(f"validate-source dataset=llmservingsim {lss_source}")

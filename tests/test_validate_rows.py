@@ -95,3 +95,50 @@ def test_data_parallel_ranks_get_requests_in_arrival_order() -> None:
     arrivals = [(0.3, 10, 5), (0.1, 20, 5), (0.2, 30, 5), (0.0, 40, 5), (0.4, 50, 5)]
     assert validate.deal_to_ranks(arrivals, 2) == [[3, 2, 4], [1, 0]]
     assert validate.deal_to_ranks(arrivals, 1) == [[3, 1, 2, 0, 4]]
+
+
+def _disagg(row_id: str, source: str, ttft: str, tpot: str, **fields: str) -> dict[str, str]:
+    row = {
+        "id": row_id,
+        "silicon_data_source": source,
+        "model_path": "deepseek-ai/DeepSeek-V3",
+        "system": "gb200",
+        "precision": "fp8",
+        "mode": "disagg",
+        "isl": "1024",
+        "osl": "1024",
+        "batch_size": "",
+        "prefill_num_workers": "",
+        "decode_num_workers": "",
+        "decode_batch_size": "",
+        "prefill_tp_size": "1",
+        "prefill_attention_dp_size": "8",
+        "prefill_moe_tp_size": "1",
+        "prefill_moe_ep_size": "8",
+        "decode_tp_size": "1",
+        "decode_attention_dp_size": "32",
+        "decode_moe_tp_size": "1",
+        "decode_moe_ep_size": "32",
+        "silicon_ttft_ms": ttft,
+        "silicon_tpot_ms": tpot,
+    }
+    return {**row, **fields}
+
+
+def test_disagg_concurrency_is_read_or_derived_from_the_decode_batch() -> None:
+    recorded = _disagg("a", "db-dump; silicon_concurrency=2048", "1.0", "2.0", decode_batch_size="64")
+    assert validate.recorded_concurrency(recorded) == 2048
+    derived = _disagg("b", "gap-analysis", "1.0", "2.0", decode_batch_size="48", decode_num_workers="11",
+                      prefill_num_workers="5", decode_attention_dp_size="1")  # fmt: skip
+    assert validate.recorded_concurrency(derived) == 48 * 11
+    assert validate.recorded_concurrency(_disagg("c", "export", "1.0", "2.0")) is None
+
+
+def test_disagg_twin_gives_a_row_without_worker_counts_its_deployment() -> None:
+    dump = _disagg("dsr1_cfg523", "db-dump; silicon_concurrency=2048", "1598.31", "20.895",
+                   prefill_num_workers="2", decode_num_workers="1", decode_batch_size="64")  # fmt: skip
+    export = _disagg("2026_03_25_dsr1", "source_file=2026-03-25.csv; silicon_concurrency=2048", "1598.3100004",
+                     "20.8950001", model_path="deepseek-ai/DeepSeek-R1", prefill_tp_size="8")  # fmt: skip
+    other = _disagg("2026_03_25_other", "source_file=2026-03-25.csv; silicon_concurrency=2048", "1700.0", "20.895")
+    twins = validate.deployment_twins([dump, export, other])
+    assert twins == {"2026_03_25_dsr1": dump}  # same measurement (R1 is V3's architecture); a different one has none
