@@ -11,6 +11,10 @@ Datasets:
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
   back (:func:`parallelism`).
+* the same datasets with ``mode=disagg``: the file's disaggregated SGLang rows whose deployment is recorded (worker
+  counts and each role's parallelism, in the row or in its twin: :func:`deployment_twins`), replayed through
+  :func:`pearl_sched.sim.replay.replay_disagg_closed_loop` (:func:`disagg_rows`); ``mode=agg+disagg`` lines give
+  every replayed SGLang row together (the issue's target population).
 * ``silicon-sglang-aic-estimate`` (``--aic-estimate``): aiconfigurator-core's own closed-form estimate of the same
   rows, for comparison with the replay.
 * ``llmservingsim`` / ``llmservingsim-requests``: LLMServingSim's real vLLM 0.19 runs
@@ -30,7 +34,9 @@ plus ``validate-coverage`` (rows not run, by reason), ``validate-rows`` (rows th
 ``validate-unique`` (distinct measurements), ``validate-harness`` and the step-time ``validate-source`` lines.
 Nothing is fitted to these rows, except in the ``-calibrated`` datasets (``--calibrate``): there each row is replayed
 with the engine's online correction fitted on the other rows of the same deployment (never on the row itself).
-Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate] [--kv-dtype-from-scripts] [--csv out.csv]``.
+``--world-step-overhead`` adds the rollout world's per-step framework time to every replayed step (datasets named
+``…-world-overhead``). Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate]
+[--kv-dtype-from-scripts] [--world-step-overhead] [--modes agg,disagg] [--silicon-only] [--csv out.csv]``.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from pearl_sched.sim.replay import (
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
 )
+from pearl_sched.sim.setting import STEP_OVERHEAD_S
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -161,6 +168,10 @@ def _gpus_per_node(system: str) -> int:
 
 
 SCRIPT_KV_FP8 = False
+WORLD_STEP_OVERHEAD = False
+"""``--world-step-overhead``: every replayed step gets the rollout world's per-step framework seconds
+(:data:`pearl_sched.sim.setting.STEP_OVERHEAD_S`), and the silicon datasets are named ``…-world-overhead``."""
+DATASET_SUFFIX = ""
 """``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
 
 
@@ -209,6 +220,8 @@ def _engine(
                 fmha_quant_mode=SGLANG_KV_DTYPE,  # attention in bf16 (the engine has no FP8 context MLA data)
             )
             POOLS[id(engine)] = engine.kv_capacity_tokens()
+            if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
+                engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
         except (AicCoverageError, ValueError) as exc:
             reason = str(exc)
@@ -281,7 +294,7 @@ def silicon_rows(
         source = source or engine.source
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         tpot = float(row["silicon_tpot_ms"]) / 1e3
-        dataset = "silicon-sglang-kvbound" if conc * (isl + osl) > pool else "silicon-sglang"
+        dataset = ("silicon-sglang-kvbound" if conc * (isl + osl) > pool else "silicon-sglang") + DATASET_SUFFIX
         e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
         measured = Row(dataset, "agg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
         out.append(
@@ -447,7 +460,7 @@ def disagg_rows(
             continue
         decode = roles[1]
         capacity = decode.pool_tokens * decode.ranks * decode.workers
-        dataset = "silicon-sglang-kvbound" if conc * (isl + osl) > capacity else "silicon-sglang"
+        dataset = ("silicon-sglang-kvbound" if conc * (isl + osl) > capacity else "silicon-sglang") + DATASET_SUFFIX
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         tpot = float(row["silicon_tpot_ms"]) / 1e3
         e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
@@ -719,6 +732,25 @@ def disagg_unique_line(disagg: list[DisaggReplayed]) -> str:
     return f"validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows={len(rows)} {' '.join(parts)}"
 
 
+def total_lines(rows: list[Row]) -> list[str]:
+    """The issue's target population: every replayed SGLang silicon row, aggregated and disaggregated, KV-bound or not
+    (``mode=agg+disagg``)."""
+    names = {f"silicon-sglang{DATASET_SUFFIX}", f"silicon-sglang-kvbound{DATASET_SUFFIX}"}
+    mine = [r for r in rows if r.dataset in names]
+    lines = []
+    for target in ("ttft", "tpot", "e2e"):
+        pairs = [(getattr(r, f"measured_{target}_s"), getattr(r, f"sim_{target}_s")) for r in mine]
+        pairs = [(m, s) for m, s in pairs if not (math.isnan(m) or math.isnan(s))]
+        if pairs:
+            measured, sim = np.array(pairs).T
+            mape = 100 * mean_absolute_percentage_error(measured, sim)
+            lines.append(
+                f"validate dataset=silicon-sglang{DATASET_SUFFIX}(+kvbound) mode=agg+disagg target={target}"
+                f" rows={len(pairs)} mape_pct={mape:.1f}"
+            )
+    return lines
+
+
 def mape_lines(rows: list[Row]) -> list[str]:
     """The ``validate`` lines, MAPE by scikit-learn."""
     lines = []
@@ -766,14 +798,25 @@ def main(argv: list[str] | None = None) -> int:
         help="which silicon-sglang rows to replay: agg, disagg or both (default agg,disagg)",
     )
     parser.add_argument(
+        "--world-step-overhead",
+        action="store_true",
+        help="add the rollout world's per-step framework seconds to every step (datasets …-world-overhead)",
+    )
+    parser.add_argument(
         "--silicon-only", action="store_true", help="skip the dynamo and llmservingsim datasets (faster iterations)"
     )
     args = parser.parse_args(argv)
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
     if not args.modes <= {"agg", "disagg"}:
         parser.error(f"--modes: unknown mode(s) {sorted(args.modes - {'agg', 'disagg'})}; known: agg, disagg")
-    global SCRIPT_KV_FP8
+    global SCRIPT_KV_FP8, WORLD_STEP_OVERHEAD, DATASET_SUFFIX
     SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
+    WORLD_STEP_OVERHEAD = args.world_step_overhead
+    DATASET_SUFFIX = "-world-overhead" if WORLD_STEP_OVERHEAD else ""
+    if WORLD_STEP_OVERHEAD and (args.calibrate or args.aic_estimate):
+        parser.error(
+            "--world-step-overhead replaces the engine's calibration: run it without --calibrate/--aic-estimate"
+        )
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     csv_rows = sglang_silicon_rows()
@@ -838,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
             f"validate-rows dataset=llmservingsim exist={runs + sum(lss_skipped.values())} runs replayed={runs}"
             f" ({sum(r.dataset == 'llmservingsim-requests' for r in lss)} requests)"
         )
-    for line in mape_lines(rows):
+    for line in mape_lines(rows) + total_lines(rows):
         print(line)
     if args.csv:
         with args.csv.open("w", newline="") as f:

@@ -142,3 +142,16 @@ def test_disagg_twin_gives_a_row_without_worker_counts_its_deployment() -> None:
     other = _disagg("2026_03_25_other", "source_file=2026-03-25.csv; silicon_concurrency=2048", "1700.0", "20.895")
     twins = validate.deployment_twins([dump, export, other])
     assert twins == {"2026_03_25_dsr1": dump}  # same measurement (R1 is V3's architecture); a different one has none
+
+
+def test_total_lines_cover_both_modes_and_kvbound() -> None:
+    row = validate.Row
+    rows = [
+        row("silicon-sglang", "agg", "a", 1.0, 0.010, 2.0, 1.0, 0.011, 2.2),  # +10 %
+        row("silicon-sglang-kvbound", "agg", "b", 1.0, 0.010, 2.0, 1.0, 0.010, 2.0),  # 0 %
+        row("silicon-sglang", "disagg", "c", 1.0, 0.010, 2.0, 1.0, 0.015, 3.0),  # +50 %
+        row("silicon-sglang-calibrated", "agg", "d", 1.0, 0.010, 2.0, 9.0, 0.090, 9.0),  # not the plain datasets
+    ]
+    lines = validate.total_lines(rows)
+    assert "mode=agg+disagg target=tpot rows=3 mape_pct=20.0" in lines[1]
+    assert "target=e2e rows=3 mape_pct=20.0" in lines[2]
