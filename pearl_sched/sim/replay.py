@@ -572,16 +572,18 @@ def replay_disagg_closed_loop(
     * the decode rank preallocates the prompt's KV before the prefill runs (``DecodePreallocQueue``): FCFS, when
       its pool has room for the prompt plus ``--num-reserved-decode-tokens`` for it and every running or
       preallocated request; until then the request waits;
-    * the prefill rank prefills it (FCFS, chunked as in :class:`SGLangDefaultScheduler`, no new-token
-      reservation: the prefill server generates one token) and holds its KV until the transfer ends; the prompt's
-      whole KV (``isl × kv_bytes_per_token``) crosses the rank's link, FCFS;
+    * the prefill rank prefills it (FCFS, chunked as in :class:`SGLangDefaultScheduler`; no answer reservation:
+      ``PrefillBootstrapQueue._process_req`` sets ``max_new_tokens = 1`` for the ``PrefillAdder`` estimate) and
+      holds its KV until the transfer ends; the prompt's whole KV (``isl × kv_bytes_per_token``) crosses the
+      rank's link, FCFS;
     * the request joins the decode rank's batch at its next step with its first token (the one the prefill
       sampled; TTFT ends there) and decodes the rest; a decode rank short of KV retracts its least advanced
       requests, which are offloaded and resumed first, without a new prefill.
 
     An engine's ranks run in lock-step (the MoE layers' all-to-all): one step of a prefill engine lasts as long
     as its slowest rank's prefill batch; a decode step runs every rank at the largest rank batch, padded to the
-    next captured CUDA-graph size (SGLang pads all DP ranks to one graph size), at the ranks' mean context.
+    next captured CUDA-graph size (SGLang's ``cuda_graph_runner`` picks the graph for
+    ``max(forward_batch.global_num_tokens_cpu)`` over the DP ranks), at the ranks' mean context.
     Lengths and the first arrivals as in :func:`replay_closed_loop`.
 
     Raises:
