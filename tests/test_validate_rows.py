@@ -11,6 +11,9 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
 
+from pearl_sched.profiles.aic_engine import AicStepTimes
+from pearl_sched.sim.replay import DisaggReplayResult, PDRole
+
 
 def _validate() -> ModuleType:
     path = Path(__file__).resolve().parents[1] / "bench" / "validate.py"
@@ -155,3 +158,37 @@ def test_total_lines_cover_both_modes_and_kvbound() -> None:
     lines = validate.total_lines(rows)
     assert "mode=agg+disagg target=tpot rows=3 mape_pct=20.0" in lines[1]
     assert "target=e2e rows=3 mape_pct=20.0" in lines[2]
+
+
+def test_disagg_row_replays_each_role_at_its_recorded_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = _disagg(
+        "dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483",
+        "db-dump/2026-04-27; config_id=483; silicon_concurrency=512; workflow_run_id=268",
+        "767.06",
+        "14.68",
+        precision="fp4",
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        prefill_num_workers="4",
+        prefill_attention_dp_size="4",
+        prefill_moe_ep_size="4",
+        decode_num_workers="1",
+        decode_batch_size="16",
+    )
+    calls: list[tuple[PDRole, PDRole, dict[str, object]]] = []
+
+    def fake_replay(prefill: PDRole, decode: PDRole, **kwargs: object) -> DisaggReplayResult:
+        calls.append((prefill, decode, kwargs))  # a named fake: records the roles instead of replaying
+        return DisaggReplayResult(1.0, 0.01, 11.0, 1, 0, 1, 1, 1, 1)
+
+    monkeypatch.setattr(validate, "replay_disagg_closed_loop", fake_replay)
+    out, skipped = validate.disagg_rows([row], {})
+    assert not skipped and len(out) == 1 and len(calls) == 1
+    prefill, decode, kwargs = calls[0]
+    assert isinstance(prefill.steps, AicStepTimes) and isinstance(decode.steps, AicStepTimes)
+    assert (prefill.workers, prefill.ranks, prefill.steps.tp, prefill.steps.moe_ep) == (4, 4, 1, 4)
+    assert (decode.workers, decode.ranks, decode.steps.tp, decode.steps.moe_ep) == (1, 32, 1, 32)
+    assert prefill.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 2)  # the MLA latent of one GPU's rank
+    assert prefill.link_bytes_per_s == pytest.approx(900e9)  # GB200 NVLink per GPU, one GPU per rank
+    assert kwargs == {"isl": 1024, "osl": 1024, "concurrency": 512, "rounds": 10, "range_ratio": 0.8}
+    assert out[0].row.mode == "disagg" and out[0].row.dataset == "silicon-sglang"
