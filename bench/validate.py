@@ -389,6 +389,70 @@ class DisaggReplayed:
     osl: int
     concurrency: int
     from_twin: bool
+    roles: tuple[PDRole, PDRole] | None = None
+    harness: Harness = INFERENCEMAX
+
+
+def calibrated_disagg_rows(disagg: list[DisaggReplayed]) -> list[Row]:
+    """Each disaggregated row replayed again with its engines calibrated on the *other* measurements of its deployment.
+
+    As :func:`calibrated_rows`: (replayed TPOT, measured TPOT) pairs of the same deployment (both roles' engines and
+    worker counts) folded into a :class:`~pearl_sched.profiles.aic_engine.StepTimeCalibration` applied to both
+    roles' engines; the row and its twin (the same measurement) are never in it. Deployments with fewer than 3
+    other measurements are left out.
+    """
+    groups: dict[tuple[object, ...], list[DisaggReplayed]] = {}
+    for item in disagg:
+        if item.roles is None:
+            continue
+        prefill, decode = item.roles
+        groups.setdefault((id(prefill.steps), id(decode.steps), prefill.workers, decode.workers), []).append(item)
+    out: list[Row] = []
+    for items in groups.values():
+        for item in items:
+            others = [o for o in items if _same_measurement(o) != _same_measurement(item)]
+            if len({_same_measurement(o) for o in others}) < 3:
+                continue
+            assert item.roles is not None
+            prefill, decode = item.roles
+            engines = {id(role.steps): role.steps for role in item.roles if isinstance(role.steps, AicStepTimes)}
+            cal = StepTimeCalibration()
+            cal.observe_many((o.row.sim_tpot_s, o.row.measured_tpot_s) for o in others)
+            for engine in engines.values():
+                engine.calibration = cal
+            try:
+                res = replay_disagg_closed_loop(
+                    prefill,
+                    decode,
+                    isl=item.isl,
+                    osl=item.osl,
+                    concurrency=item.concurrency,
+                    rounds=item.harness.prompts_per_client,
+                    range_ratio=item.harness.range_ratio,
+                )
+            finally:
+                for engine in engines.values():
+                    engine.calibration = None
+            r = item.row
+            out.append(
+                Row(
+                    r.dataset + "-calibrated",
+                    r.mode,
+                    r.row_id,
+                    r.measured_ttft_s,
+                    r.measured_tpot_s,
+                    r.measured_e2e_s,
+                    res.ttft_s,
+                    res.tpot_s,
+                    res.e2e_s,
+                )
+            )
+    return out
+
+
+def _same_measurement(item: DisaggReplayed) -> tuple[object, ...]:
+    r = item.row
+    return (item.isl, item.osl, item.concurrency, round(r.measured_ttft_s, 6), round(r.measured_tpot_s, 6))
 
 
 def disagg_rows(
@@ -466,7 +530,9 @@ def disagg_rows(
         e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
         measured = Row(dataset, "disagg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
         assert isinstance(decode.steps, AicStepTimes)
-        out.append(DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row))
+        out.append(
+            DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row, (roles[0], roles[1]), harness)
+        )
     return out, skipped
 
 
@@ -833,7 +899,7 @@ def main(argv: list[str] | None = None) -> int:
         skipped += disagg_skipped
     rows = [r.row for r in replayed] + [d.row for d in disagg]
     if args.calibrate:
-        rows += calibrated_rows(replayed)
+        rows += calibrated_rows(replayed) + calibrated_disagg_rows(disagg)
     if args.aic_estimate:
         estimates, failed = aic_estimate_rows(replayed)
         rows += estimates

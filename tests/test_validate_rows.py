@@ -192,3 +192,29 @@ def test_disagg_row_replays_each_role_at_its_recorded_layout(monkeypatch: pytest
     assert prefill.link_bytes_per_s == pytest.approx(900e9)  # GB200 NVLink per GPU, one GPU per rank
     assert kwargs == {"isl": 1024, "osl": 1024, "concurrency": 512, "rounds": 10, "range_ratio": 0.8}
     assert out[0].row.mode == "disagg" and out[0].row.dataset == "silicon-sglang"
+
+
+def test_disagg_calibration_never_sees_the_row_or_its_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = AicStepTimes("qwen3-8b", "h200_sxm", tp=2)
+    roles = (PDRole(engine, 1, 1, 100_000), PDRole(engine, 1, 1, 100_000))
+    samples: dict[str, int] = {}
+
+    def fake_replay(prefill: PDRole, decode: PDRole, **kwargs: object) -> DisaggReplayResult:
+        assert isinstance(prefill.steps, AicStepTimes) and prefill.steps.calibration is not None
+        samples[str(kwargs["concurrency"])] = prefill.steps.calibration.samples  # a named fake: records, no replay
+        return DisaggReplayResult(1.0, 0.01, 11.0, 1, 0, 1, 1, 1, 1)
+
+    monkeypatch.setattr(validate, "replay_disagg_closed_loop", fake_replay)
+
+    def item(row_id: str, concurrency: int, tpot_s: float) -> object:
+        row = validate.Row("silicon-sglang", "disagg", row_id, 1.0, tpot_s, 10.0, 1.0, tpot_s * 1.2, 12.0)
+        return validate.DisaggReplayed(row, engine, 1024, 1024, concurrency, False, roles)
+
+    items = [item("a", 4, 0.010), item("a-twin", 4, 0.010), item("b", 8, 0.012), item("c", 16, 0.014)]
+    assert validate.calibrated_disagg_rows(items) == []  # a and its twin have only 2 other measurements
+    items.append(item("d", 32, 0.020))
+    out = validate.calibrated_disagg_rows(items)
+    assert len(out) == 5 and {r.dataset for r in out} == {"silicon-sglang-calibrated"}
+    assert samples["4"] == 3  # b, c, d: neither a nor its twin
+    assert samples["8"] == 4  # a, a-twin, c, d
+    assert engine.calibration is None  # put back after each replay
