@@ -778,10 +778,12 @@ class ImprovedMakespanModel:
     def _sized_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role, weight: float) -> float:
         """The capacity weight under which the MILP's reference surrogate gives a declared size's own bound.
 
-        On the surrogate's grid (reference capacity e, n = e/κ workers of the size: the same compute), the bound of
-        the size's own pool and A, T(n), is inverted through the fitted reference terms, E* = work/(T − fixed); the
-        weight is the geometric mean of E*/n (κ where no point inverts). In PD the other role is e reference
-        workers.
+        On the surrogate's grid, reference capacity e against n = e·TP_ref/TP workers of the size (the same GPUs):
+        the size's bound with its own pool and A, T(n), over the reference workers' bound T_ref(e) scales the
+        fitted time at e, and the fitted terms are inverted there, E* = work/(fit(e)·T(n)/T_ref(e) − fixed) (so a
+        size that is the reference's exact fraction per GPU gets that fraction, whatever the fit's error). The
+        weight is the geometric mean of E*/n over the grid (PEARL's weight where no point inverts). In PD the
+        other role is e reference workers.
         """
         ref = self._pearl.reference
         terms = self.terms(workload).pool(role)
@@ -790,14 +792,19 @@ class ImprovedMakespanModel:
             n = e * ref.tp / tp
             own = SizeCount(role=role, gpu_type=gpu_type, tp=tp, count=n)
             if role is Role.COLOCATED:
-                cap = PoolCapacity(mode=Mode.COLOCATED, colocated=e, workers=(own,))
+                sized = PoolCapacity(mode=Mode.COLOCATED, colocated=e, workers=(own,))
+                plain = PoolCapacity(mode=Mode.COLOCATED, colocated=e)
             else:
                 other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
                 rest = SizeCount(role=other, gpu_type=ref.gpu_type, tp=ref.tp, count=e)
-                cap = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e, workers=(own, rest))
-            bound = self._pool_bounds(workload, cap)[role]
-            if terms.work_s > 0 and bound > terms.fixed_s:
-                ratios.append(terms.work_s / (bound - terms.fixed_s) / n)
+                sized = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e, workers=(own, rest))
+                plain = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e)
+            reference = self._pool_bounds(workload, plain)[role]
+            if reference <= 0 or terms.work_s <= 0:
+                continue
+            target = terms.time_s(e) * self._pool_bounds(workload, sized)[role] / reference
+            if target > terms.fixed_s:
+                ratios.append(terms.work_s / (target - terms.fixed_s) / n)
         return math.exp(_mean([math.log(x) for x in ratios])) if ratios else weight
 
     def terms(self, workload: Workload) -> MakespanTerms:
