@@ -6,7 +6,7 @@ idle preemptible GPUs waiting to join and training GPUs lendable for 15 minutes;
 grows with the cluster (16 trajectories per GPU). Each line:
 
     plan_latency gpus=<N> types=<1|2> sizes=<worker sizes> backend=<name> p50_ms=<x> p95_ms=<y>
-        cpu_p50_ms=<z> objective=<J> plan=<ratio>
+        cpu_p50_ms=<z> objective=<J> plan=<ratio> fp=<plan fingerprint>
 
 ``cpu_p50_ms`` is the process CPU time of the call (all its threads): on a machine shared with other jobs it
 moves far less than the wall time.
@@ -18,11 +18,15 @@ and TP-dependent costs of ``examples/mixed-sizes.json``; the same zones and node
 workers, idle preemptible GPUs in TP1 slots, training GPUs in TP8 slots. PEARL's enumeration keeps its own action
 space there (one size per slot, as in the paper's search), so its objective is no longer the same problem's.
 
-``backend=auto`` is plan() with its default settings (the measured default backend).
+``backend=auto`` is plan() with its default settings (the measured default backend). ``fp`` is the first 12 hex
+digits of the plan's fingerprint without the solver's bookkeeping (``Plan.fingerprint()`` less the number of
+solves and cut rounds, which a faster planner changes by design): everything decided — roles, actions, the
+exact objective, the decision and its reasons, the solver status — is in it.
 
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
-``git archive``, its own bench run there for the same cases), so before and after come from one run under one
-load: each case's line for the working tree (``code=worktree``) is followed by REF's (``code=<REF>``).
+``git archive``, this bench run there against REF's code for the same cases), so before and after come from one
+run under one load: each case's line for the working tree (``code=worktree``) is followed by REF's
+(``code=<REF>``), and a last line counts the cases whose plans are the same (``plan_latency_compare``).
 
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
     [--worker-sizes one,mixed] [--compare REF]
@@ -31,8 +35,10 @@ Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backend
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pearl_sched import GPU, Budget, ClusterState, PearlMakespanModel, Role, Status, Worker, Zone, plan
 from pearl_sched.config import TransitionCosts
 from pearl_sched.makespan import MakespanModel
+from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.request import PlanRequest
 from pearl_sched.shared_data import DATA_ENV, default_data
@@ -141,6 +148,14 @@ def measure(
     return times, cpu, result
 
 
+def plan_fingerprint(result: Plan) -> str:
+    """The plan's fingerprint without the solver's bookkeeping (module docstring), 12 hex digits."""
+    data = result.model_dump(mode="json")
+    for noisy in ("wall_time_s", "bound_s", "solves", "rounds"):
+        data["solver"].pop(noisy, None)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:12]
+
+
 def unpack_revision(ref: str, into: Path) -> Path:
     """The repository at ``ref``, unpacked under ``into`` and importable as it would be installed.
 
@@ -158,6 +173,7 @@ def unpack_revision(ref: str, into: Path) -> Path:
         link = tree / package.replace(".", "/")
         if package != folder and not link.exists():
             link.symlink_to((tree / folder).resolve(), target_is_directory=True)
+    shutil.copyfile(Path(__file__), tree / "bench" / "plan_latency.py")  # the same cases and line, REF's code
     return tree
 
 
@@ -201,6 +217,7 @@ def main() -> None:
 def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
     """Measure every case; with ``tree`` (the ``--compare`` revision), its line follows each of ours."""
     cases = args.worker_sizes.split(",")
+    same = compared = 0
     for gpus in (int(s) for s in args.sizes.split(",")):
         reference = reference_lines(tree, gpus, args) if tree is not None else {}
         runs: list[tuple[int, str, ClusterState, MakespanModel, TransitionCosts | None]] = []
@@ -217,12 +234,18 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
                     f"plan_latency gpus={gpus} types={types} sizes={label} backend={backend} p50_ms={p50:.1f}"
                     f" p95_ms={p95:.1f} cpu_p50_ms={statistics.median(cpu):.1f}"
                     f" objective={result.objective_s:.4f} plan={result.ratio}"  # type: ignore[attr-defined]
+                    f" fp={plan_fingerprint(result)}"  # type: ignore[arg-type]
                 )
                 if tree is None:
                     print(line, flush=True)
                     continue
+                theirs = reference.get((str(types), label, backend), "plan_latency missing")
                 print(f"{line} code=worktree", flush=True)
-                print(f"{reference.get((str(types), label, backend), 'plan_latency missing')} code={args.compare}")
+                print(f"{theirs} code={args.compare}", flush=True)
+                compared += 1
+                same += line.split(" fp=")[1] == theirs.split(" fp=")[-1]
+    if tree is not None:
+        print(f"plan_latency_compare ref={args.compare} cases={compared} same_plans={same}")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import NamedTuple
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
-from pearl_sched.makespan import MakespanModel, PoolCapacity
+from pearl_sched.makespan import MakespanModel, PoolCapacity, SizeCount
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
     GateDecision,
@@ -83,8 +84,7 @@ class _Category(Enum):
     OUT = "out"
 
 
-@dataclass(frozen=True)
-class _Slot:
+class _Slot(NamedTuple):  # a tuple: a plan() call makes one per worker slot, several times over
     worker: Worker
     zone: Zone
     gpu_type: str
@@ -92,6 +92,7 @@ class _Slot:
     node_group: str
     category: _Category
     reason: str
+    role: Role | None  # the worker's rollout role now
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class _SolveContext:
 
     backend: str  # a registry name, or "enumeration"
     time_limit_s: float
-    mode: Mode | None = None
+    mode: Mode | None = None  # the mode of the state planned (None: nothing serves)
     count: int = 0
     wall_s: float = 0.0
     rounds: int = 0
@@ -242,15 +243,24 @@ def plan(
     digest = input_digest(state, model, costs, policy, pstate, resolved)
     label = backend if backend != "auto" else f"auto:{resolved}"
 
-    def once(at: ClusterState) -> Plan:
-        return _plan_once(at, model, costs, policy, pstate, resolved, time_limit_s, label, digest)
+    classified: dict[int, tuple[ClusterState, _Classified]] = {}
 
-    return _settle(state, model, once(state), once, costs, policy, label, digest, pstate)
+    def classify(at: ClusterState) -> _Classified:  # step 1, once per state: _compose classifies ``state`` again
+        seen = classified.get(id(at))
+        if seen is None or seen[0] is not at:
+            seen = classified[id(at)] = (at, _classify(at, model, costs, policy))
+        return seen[1]
+
+    def once(at: ClusterState) -> Plan:
+        return _plan_once(at, model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
+
+    return _settle(state, model, once(state), once, classify, label, digest, pstate)
 
 
 def _plan_once(
     state: ClusterState,
     model: MakespanModel,
+    classified: _Classified,
     costs: TransitionCosts,
     policy: PolicyConfig,
     pstate: PolicyState,
@@ -259,9 +269,8 @@ def _plan_once(
     label: str,
     digest: str,
 ) -> Plan:
-    """Steps 1-5 once, for ``state`` as given."""
+    """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1)."""
     solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
-    classified = _classify(state, model, costs, policy)  # step 1
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:
@@ -302,8 +311,7 @@ def _settle(
     model: MakespanModel,
     first: Plan,
     once: Callable[[ClusterState], Plan],
-    costs: TransitionCosts,
-    policy: PolicyConfig,
+    classify: Callable[[ClusterState], _Classified],
     label: str,
     digest: str,
     pstate: PolicyState,
@@ -323,7 +331,7 @@ def _settle(
         after = once(apply_actions(state, current.actions))
         if not after.actions:
             return current
-        composed = _compose(state, model, current, after, costs, policy, label, digest, pstate)
+        composed = _compose(state, model, current, after, classify(state), label, digest, pstate)
         if composed is None:
             break
         current = composed
@@ -336,14 +344,15 @@ def _compose(
     model: MakespanModel,
     first: Plan,
     then: Plan,
-    costs: TransitionCosts,
-    policy: PolicyConfig,
+    classified: _Classified,
     label: str,
     digest: str,
     pstate: PolicyState,
 ) -> Plan | None:
-    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to)."""
-    classified = _classify(state, model, costs, policy)
+    """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to).
+
+    ``classified`` is step 1 for ``state``, as the first plan made it.
+    """
     problem = classified.base.with_classes(classified.classes)
     if classified.gpu_pool is None:
         target = then.roles()
@@ -363,6 +372,7 @@ def _compose(
     solves = _SolveContext(
         first.solver.backend,
         1.0,
+        mode=state.mode,
         count=first.solver.solves + then.solver.solves,
         wall_s=first.solver.wall_time_s + then.solver.wall_time_s,
         rounds=first.solver.rounds + then.solver.rounds,
@@ -649,7 +659,7 @@ def _hysteresis(
 ) -> tuple[Decision, _Solved]:
     """Step 4: decide between the best configuration and keeping every surviving slot's role."""
     gates = "; ".join(reasons)
-    if state.mode is None:
+    if solves.mode is None:  # the state's mode (worked out once per pass: a walk over every worker)
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
     survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
     changes_survivor = any(
@@ -716,13 +726,13 @@ def _assemble(
             logger.warning("pool %s repacked: its surviving workers restart on the new layout", pool)
         target.update({new.worker_id: new.role for new in regrouping.new_workers})
         actions = build_actions(state, target, slot_reasons, regrouping)
-    breakdown = model.predict(workload, _pool_capacity(solution))
+    breakdown = model.predict(workload, _pool_capacity(solution, problem))
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in pairs)
     gain_s = gain_pct = None
-    status_quo = _status_quo(classified.base, state.mode)
+    status_quo = _status_quo(classified.base, solves.mode)
     if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
-        before_s = model.predict(workload, _pool_capacity(status_quo)).total_s
+        before_s = model.predict(workload, _pool_capacity(status_quo, classified.base)).total_s
         gain_s = rho * (before_s - breakdown.total_s)
         gain_pct = (before_s - breakdown.total_s) / before_s * 100 if before_s > 0 else None
     return Plan(
@@ -755,10 +765,21 @@ def _assemble(
     )
 
 
-def _pool_capacity(solution: ClassSolution) -> PoolCapacity:
+def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
+    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
     cap = solution.capacity
+    counts: dict[tuple[Role, str, int], int] = {}
+    for c, n in zip(problem.classes, solution.counts, strict=True):
+        for i, role in enumerate(ROLES):
+            if n[i] > 0:
+                counts[(role, c.gpu_type, c.tp)] = counts.get((role, c.gpu_type, c.tp), 0) + n[i]
+    workers = tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for (r, g, tp), k in counts.items())
     return PoolCapacity(
-        mode=solution.mode, prefill=cap[Role.PREFILL], decode=cap[Role.DECODE], colocated=cap[Role.COLOCATED]
+        mode=solution.mode,
+        prefill=cap[Role.PREFILL],
+        decode=cap[Role.DECODE],
+        colocated=cap[Role.COLOCATED],
+        workers=workers,
     )
 
 
@@ -777,13 +798,14 @@ def _join(head: str, tail: str) -> str:
 def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts, policy: PolicyConfig) -> _Classified:
     """Step 1: slot categories, classes of interchangeable slots, and the problem over the base slots."""
     slots = _categorise(state, costs, policy)
-    in_use = sum(1 for s in slots if s.worker.rollout_role is not None)
+    in_use = sum(1 for s in slots if s.role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
-    classes, category = _classes(state, model, slots, costs, n_ref)
     pools: tuple[GpuPool, ...] = ()
     layouts = gpu_pool = None
-    if state.worker_sizes is not None:
+    if state.worker_sizes is None:
+        classes, category = _classes(state, model, slots, costs, n_ref)
+    else:
         sized = _sized(state, model, slots, costs, n_ref, state.worker_sizes)
         classes, category, pools, layouts, gpu_pool = sized
     workload = state.workload
@@ -808,11 +830,13 @@ def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfi
     budget = state.budget
     index = state.gpu_index()
     for worker in state.workers:
-        gpus = [index[g] for g in worker.gpu_ids]
+        ids = worker.gpu_ids
+        gpus = [index[ids[0]]] if len(ids) == 1 else [index[g] for g in ids]
         zone = gpus[0].zone
-        serving = worker.rollout_role is not None
+        role = worker.rollout_role
+        serving = role is not None
         category, reason = _Category.BASE, ""
-        if not all(g.available for g in gpus):
+        if not (gpus[0].available if len(gpus) == 1 else all(g.available for g in gpus)):
             category, reason = _Category.OUT, "preempted: GPU unavailable"
         elif zone is Zone.PREEMPTIBLE and not budget.allow_preemptible:
             category, reason = _Category.OUT, "budget does not allow preemptible GPUs"
@@ -829,7 +853,7 @@ def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfi
                     category = _Category.NEW_OVERLAP
                 else:
                     category, reason = _Category.OUT, f"idle window {reclaim:.1f} s too short to borrow"
-        slots.append(_Slot(worker, zone, gpus[0].type, worker.tp, gpus[0].node_group, category, reason))
+        slots.append(_Slot(worker, zone, gpus[0].type, len(ids), gpus[0].node_group, category, reason, role))
     return slots
 
 
@@ -839,10 +863,14 @@ def _classes(
     """Classes of interchangeable slots (sorted by key), and each class key's category."""
     # Node groups are not in the key: no constraint or cost depends on them yet, so slots that differ only
     # there are interchangeable, and merging them keeps the model small (4× fewer classes on 4 pods).
+    by_kind: dict[tuple[object, ...], list[_Slot]] = {}
+    for s in slots:  # grouped on the enum members; their string key is made once per group
+        label = s.role if s.role is not None else _role_label(s)
+        by_kind.setdefault((s.zone, s.gpu_type, s.tp, label, s.category), []).append(s)
     groups: dict[tuple[str, str, str, str, str], list[_Slot]] = {}
-    for s in slots:
-        key = (s.zone.value, s.gpu_type, f"tp{s.tp}", _role_label(s), s.category.value)
-        groups.setdefault(key, []).append(s)
+    for members in by_kind.values():
+        s = members[0]
+        groups[s.zone.value, s.gpu_type, f"tp{s.tp}", _role_label(s), s.category.value] = members
     workload = state.workload
     classes = []
     category: dict[str, _Category] = {}
@@ -944,10 +972,10 @@ def _sized(
     pool_category: dict[str, _Category] = {}
     pooled_slots: dict[str, str] = {}  # slot id → pool
     for s in slots:
-        gpus = [index[g] for g in s.worker.gpu_ids]
         if s.zone is Zone.OVERLAP or s.category not in (_Category.BASE, _Category.NEW_PREEMPTIBLE):
             continue
-        if len({g.node for g in gpus}) > 1:
+        gpus = [index[g] for g in s.worker.gpu_ids]
+        if len(gpus) > 1 and len({g.node for g in gpus}) > 1:
             continue
         slot_pool = _pool_of(gpus[0])
         pool_category[slot_pool] = _pool_category(s.zone)
@@ -974,13 +1002,17 @@ def _sized(
         return frozenset(r for r, options in sizes.by_role().items() if size in options)
 
     groups: dict[tuple[str, ...], list[_Slot]] = {}
+    size_labels: dict[tuple[int, int], str] = {}  # (tp, dp) → the size's label, made once per size
     for s in slots:
         # Slots outside every pool (overlap, out, or spanning nodes) keep their size; the marker keeps a slot
         # spanning nodes out of the class of pooled slots it would otherwise share a key with.
         pool = pooled_slots.get(s.worker.id) or (
-            "spans-nodes" if len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
+            "spans-nodes" if s.tp > 1 and len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
         )
-        group = (s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s))
+        size_label = size_labels.get((s.tp, s.worker.dp))
+        if size_label is None:
+            size_label = size_labels[s.tp, s.worker.dp] = s.worker.size.label
+        group = (s.zone.value, s.gpu_type, size_label, _role_label(s))
         groups.setdefault((*group, s.category.value, pool), []).append(s)
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
@@ -1053,9 +1085,8 @@ def _role_label(slot: _Slot) -> str:
 
     Slots whose preparation differs cost differently to start, so they are not interchangeable.
     """
-    role = slot.worker.rollout_role
-    if role is not None:
-        return role.value
+    if slot.role is not None:
+        return slot.role.value
     prepared = _prepared(slot)
     return f"off-prepared{prepared:.0f}s" if prepared > 0 else "off"
 

@@ -88,24 +88,25 @@ class PoolLedger:
 
     def __init__(self, problem: ClassProblem) -> None:
         """An empty ledger over ``problem``'s pools."""
-        self._limits = {p.key: dict(p.block_gpus) for p in problem.pools}
-        self._used = {p.key: dict.fromkeys(p.block_gpus, 0) for p in problem.pools}
+        self._left = {p.key: dict(p.block_gpus) for p in problem.pools}  # GPUs left per pool and block size
 
     def room(self, cls: SlotClass) -> int:
         """How many more workers of ``cls`` fit its pool's node blocks (unbounded without a pool)."""
-        if cls.pool is None or cls.pool not in self._limits:
+        left = self._left.get(cls.pool) if cls.pool is not None else None
+        if left is None:
             return cls.size
-        limits, used = self._limits[cls.pool], self._used[cls.pool]
-        return min((limits[b] - used[b]) // cls.tp for b in limits if b <= cls.tp)
+        tp = cls.tp
+        return min([gpus // tp for block, gpus in left.items() if block <= tp])
 
     def take(self, cls: SlotClass, workers: int) -> None:
         """Record ``workers`` more workers of ``cls``."""
-        if cls.pool is None or cls.pool not in self._used:
+        left = self._left.get(cls.pool) if cls.pool is not None else None
+        if left is None or not workers:
             return
-        used = self._used[cls.pool]
-        for block in used:
-            if block <= cls.tp:
-                used[block] += workers * cls.tp
+        tp = cls.tp
+        for block in left:
+            if block <= tp:
+                left[block] -= workers * tp
 
 
 def pool_violation(problem: ClassProblem, counts: Counts) -> str | None:

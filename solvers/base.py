@@ -35,6 +35,7 @@ class LinearModel:
     row_hi: list[float] = field(default_factory=list)
     row_names: list[str] = field(default_factory=list)
     hint: list[float] | None = None
+    _sorted_rows: list[tuple[list[int], list[float]]] = field(default_factory=list, repr=False, compare=False)
 
     def add_var(self, name: str, lb: float, ub: float, *, integer: bool, cost: float = 0.0) -> int:
         """Add a column and return its index."""
@@ -53,6 +54,18 @@ class LinearModel:
         self.row_names.append(name)
         return len(self.rows) - 1
 
+    def sorted_rows(self) -> list[tuple[list[int], list[float]]]:
+        """Each row as (columns in increasing order, their coefficients), for backends that want a sparse matrix.
+
+        Worked out once per row and carried into :meth:`with_rows_of` copies, so the cut loop's rounds, which
+        share the model without cuts, sort its rows once. Rows are never changed once added.
+        """
+        done = self._sorted_rows
+        for row in self.rows[len(done) :]:
+            columns = sorted(row)
+            done.append((columns, [row[j] for j in columns]))
+        return done
+
     def with_rows_of(self, other: LinearModel) -> LinearModel:
         """A copy of this model with ``other``'s rows added after its own (``other``'s columns are ignored)."""
         return LinearModel(
@@ -67,6 +80,7 @@ class LinearModel:
             row_hi=[*self.row_hi, *other.row_hi],
             row_names=[*self.row_names, *other.row_names],
             hint=self.hint,
+            _sorted_rows=[*self.sorted_rows(), *other.sorted_rows()],
         )
 
     @property

@@ -18,6 +18,7 @@ from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, Pool
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
+_ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}
 
 
 def usable_workers(problem: ClassProblem) -> int:
@@ -77,21 +78,28 @@ def assign(
         if role is not None and role in cls.eligible and remaining.get(role, 0) > 0:
             keep = min(cls.size, remaining[role], gpus_left // cls.tp, ledger.room(cls))
             ledger.take(cls, keep)
-            counts[k][ROLES.index(role)] += keep
+            counts[k][_ROLE_INDEX[role]] += keep
             free[k] -= keep
             remaining[role] -= keep
             gpus_left -= keep * cls.tp
     for role in (Role.DECODE, Role.COLOCATED, Role.PREFILL):  # decode picks stable GPUs before prefill
+        left = remaining.get(role, 0)
+        if left <= 0:
+            continue
+        i = _ROLE_INDEX[role]
         for k in order[role]:
-            if remaining.get(role, 0) <= 0:
-                break
             cls = problem.classes[k]
-            take = min(free[k], remaining[role], gpus_left // cls.tp, ledger.room(cls))
+            if not free[k] or gpus_left < cls.tp:  # nothing to take (the ledger's room is never negative)
+                continue
+            take = min(free[k], left, gpus_left // cls.tp, ledger.room(cls))
             ledger.take(cls, take)
-            counts[k][ROLES.index(role)] += take
+            counts[k][i] += take
             free[k] -= take
-            remaining[role] -= take
+            left -= take
             gpus_left -= take * cls.tp
+            if left <= 0:
+                break
+        remaining[role] = left
     if any(v > 0 for v in remaining.values()):
         return None
     return tuple((p, d, c) for p, d, c in counts)

@@ -45,8 +45,9 @@ class of a role has the same weight, so capacities live on a lattice — chords 
 points, exact there. The solve loop (:func:`solve_class_problem`) adds cuts tight at the incumbent capacity
 until the cut value equals f_r(E_r) there, so the final answer is optimal for the exact objective (outer
 approximation over finitely many capacity values). Each mode is solved on its own (m fixed), the start
-solution's mode first, its optimum a cutoff for the other. The objective's constant terms make the reported
-objective equal :func:`~pearl_sched.problem.evaluate` at the solution.
+solution's mode first, its optimum a cutoff for the other (skipped when :func:`mode_bound` proves it cannot
+win). The objective's constant terms make the reported objective equal :func:`~pearl_sched.problem.evaluate`
+at the solution.
 
 :func:`build_model` writes one helper per constraint family, in the order above; each row is named after its
 line (``one_role_per_slot``, ``gpu_budget``, ...), so a dumped model reads like this docstring.
@@ -82,6 +83,7 @@ class _Columns:
     makespan: int
     admission: int | None
     weights: dict[Role, list[tuple[int, float]]]  # per role: (column of y_kr, κ_kr), what every cut row repeats
+    by_class: list[tuple[int | None, ...]]  # per class, the column of y_kr for each role of ROLES (None: none)
 
     @classmethod
     def of(
@@ -91,7 +93,8 @@ class _Columns:
         weights: dict[Role, list[tuple[int, float]]] = {role: [] for role in ROLES}
         for (k, role), j in y.items():
             weights[role].append((j, problem.classes[k].weight[role]))
-        return cls(y, mode, makespan, admission, weights)
+        by_class = [tuple(y.get((k, r)) for r in ROLES) for k in range(len(problem.classes))]
+        return cls(y, mode, makespan, admission, weights, by_class)
 
 
 def build_model(problem: ClassProblem, cuts: Sequence[tuple[Role, float, float]]) -> tuple[LinearModel, _Columns]:
@@ -245,12 +248,16 @@ def _admission_pause(model: LinearModel, problem: ClassProblem, y: Mapping[tuple
 
 def _node_blocks(model: LinearModel, problem: ClassProblem, y: Mapping[tuple[int, Role], int]) -> None:
     """Σ_{k ∈ p, g_k ≥ s} g_k Σ_r y_kr ≤ B_ps for every pool p and block size s; no rows without pools."""
+    if not problem.pools:
+        return
+    columns: dict[int, list[int]] = {}  # class → its columns, in y's order
+    for (k, _), j in y.items():
+        columns.setdefault(k, []).append(j)
     for pool in problem.pools:
+        in_pool = [k for k in columns if problem.classes[k].pool == pool.key]
         for block, limit in sorted(pool.block_gpus.items()):
             row = {
-                j: float(problem.classes[k].tp)
-                for (k, _), j in y.items()
-                if problem.classes[k].pool == pool.key and problem.classes[k].tp >= block
+                j: float(problem.classes[k].tp) for k in in_pool if problem.classes[k].tp >= block for j in columns[k]
             }
             if row:
                 model.add_row(row, hi=float(limit), name=f"node_blocks[{pool.key},tp{block}]")
@@ -366,7 +373,7 @@ def solve_class_problem(
     wall, rounds, rounding, bound = 0.0, 0, 0.0, math.inf
     statuses = []
     for mode in modes:
-        if best is not None and mode_lower_bound(problem, mode) >= best.objective_s - 1e-9:
+        if best is not None and _cannot_win(problem, mode, best):
             statuses.append("optimal")  # pruned: this mode cannot beat the incumbent
             continue
         sub = replace(problem, modes=(mode,))
@@ -392,6 +399,19 @@ def solve_class_problem(
     return MilpOutcome(best, status, bound, wall, rounds, rounding)
 
 
+def _cannot_win(problem: ClassProblem, mode: Mode, incumbent: ClassSolution) -> bool:
+    """Whether no configuration in ``mode`` can beat ``incumbent``, so the mode's MILP need not run.
+
+    The full-capacity bound within the long-standing 1e-9 tolerance, or :func:`mode_bound` strictly above the
+    incumbent (a candidate replaces the incumbent only when better by 1e-12, so this skips only solves whose
+    answer would have been discarded; never the incumbent's own mode, where the incumbent bounds it).
+    """
+    objective_s = incumbent.objective_s
+    if mode_lower_bound(problem, mode) >= objective_s - 1e-9:
+        return True
+    return mode is not incumbent.mode and mode_bound(problem, mode) > objective_s + 1e-9 * max(1.0, abs(objective_s))
+
+
 def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
     """A cheap lower bound on any objective in ``mode``.
 
@@ -404,6 +424,57 @@ def mode_lower_bound(problem: ClassProblem, mode: Mode) -> float:
         c.size * min(c.cost[r] for r in (*(r for r in ROLES if r in c.eligible), None)) for c in problem.classes
     )
     return problem.unfinished_fraction * makespan + cheapest
+
+
+def mode_bound(problem: ClassProblem, mode: Mode) -> float:
+    """A tighter lower bound on any objective in ``mode`` (``inf`` when nothing can be feasible there).
+
+    Each role of the mode at the most capacity any configuration could give it (:func:`max_capacity`: the
+    budget and the pools' GPUs bind, the other roles and KV and prefill needs are ignored), and every class at
+    its cheapest option among the mode's roles and off (a fixed class at its current role; the mode's other
+    roles are off, ``role_active_iff_mode``). The admission pause is left out (it is never negative).
+    """
+    roles = MODE_ROLES[mode]
+    cheapest = 0.0
+    for c in problem.classes:
+        if c.fixed and c.current_role is not None and c.size:
+            if c.current_role not in roles or c.current_role not in c.eligible:
+                return math.inf  # the class must keep a role this mode switches off
+            cheapest += c.size * c.cost[c.current_role]
+            continue
+        cheapest += c.size * min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
+    times = []
+    for role in roles:
+        top = max_capacity(problem, role)
+        if top <= 0:
+            return math.inf  # the mode needs this role and no class can take it
+        times.append(problem.terms.pool(role).time_s(top))
+    return problem.unfinished_fraction * (max(times) + problem.terms.environment_s) + cheapest
+
+
+def max_capacity(problem: ClassProblem, role: Role) -> float:
+    """An upper bound on E_role: the LP of the budget and each pool's GPUs, solved greedily.
+
+    Classes fill in order of capacity per GPU, each up to its size, the budget left and its pool's GPUs left
+    (the pool's widest node-block row, which counts every class of the pool). The capacities nest (a pool's GPUs
+    within the budget), so the greedy order solves this LP exactly; dropping every other row only raises it.
+    """
+    smallest = {p.key: min(p.block_gpus) for p in problem.pools if p.block_gpus}
+    pool_left = {p.key: float(p.block_gpus[smallest[p.key]]) for p in problem.pools if p.block_gpus}
+    members = [c for c in problem.classes if role in c.eligible and c.weight.get(role, 0.0) > 0 and c.size]
+    members.sort(key=lambda c: -c.weight[role] / c.tp)
+    budget = float(problem.max_gpus)
+    total = 0.0
+    for c in members:
+        pool = c.pool if c.pool in pool_left and c.tp >= smallest[c.pool] else None  # the row counts c
+        room = min(float(c.tp * c.size), budget, pool_left[pool] if pool is not None else math.inf)
+        if room <= 0:
+            continue
+        total += c.weight[role] * room / c.tp
+        budget -= room
+        if pool is not None:
+            pool_left[pool] -= room
+    return total
 
 
 def _solve_mode(
@@ -475,10 +546,7 @@ def _call(backend: Backend, model: LinearModel, *, time_limit_s: float) -> Solve
 
 def _decode(problem: ClassProblem, columns: _Columns, values: Sequence[float]) -> ClassSolution | None:
     mode = Mode.DISAGGREGATED if values[columns.mode] > 0.5 else Mode.COLOCATED
-    counts = tuple(
-        tuple(round(values[columns.y[k, r]]) if (k, r) in columns.y else 0 for r in ROLES)
-        for k in range(len(problem.classes))
-    )
+    counts = tuple(tuple(0 if j is None else round(values[j]) for j in row) for row in columns.by_class)
     return evaluate(problem, mode, counts)  # type: ignore[arg-type]
 
 

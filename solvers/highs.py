@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -38,7 +39,7 @@ class HighsBackend:
             raise SolverUnavailableError(self.name, self.extra) from None
         start = time.perf_counter()
         silence_highs_banner()
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
+        h = _cleared_highs(highspy)
         for option, value in (
             ("output_flag", False),
             ("random_seed", 0),
@@ -89,6 +90,26 @@ class HighsBackend:
         return SolveResult(kind, values, float(info.objective_function_value), bound, wall)
 
 
+_PER_THREAD = threading.local()
+
+
+def _cleared_highs(highspy: Any) -> Any:
+    """This thread's ``Highs`` object, cleared (``clear()``: default options, no model, no solution).
+
+    Making a ``Highs`` object costs about 0.3 ms (highspy sets up its callbacks), more than HiGHS takes to solve
+    many of the class-level models; a plan() call solves tens of them. A cleared object is a fresh one with the
+    same options set (the same answers on every model checked, benchmarks.md). One per thread, as a ``Highs``
+    object is not safe to share between threads.
+    """
+    h = getattr(_PER_THREAD, "highs", None)
+    if h is None:
+        h = highspy.Highs()
+        _PER_THREAD.highs = h
+    else:
+        h.clear()
+    return h
+
+
 _PRESOLVE_ABOVE_RANGE = 64
 """Presolve pays off once some integer column ranges over more values than this (measured: it cost 10-60% more
 on the 64-GPU bench models, widest range 8-26, and saved 35-90% on the 1,024- and 4,096-GPU ones, widest 96-871)."""
@@ -109,10 +130,9 @@ def _to_highs_lp(highspy: Any, model: LinearModel) -> Any:
     lp.row_lower_ = [lo if math.isfinite(lo) else -highspy.kHighsInf for lo in model.row_lo]
     lp.row_upper_ = [hi if math.isfinite(hi) else highspy.kHighsInf for hi in model.row_hi]
     starts, index, value = [0], [], []
-    for row in model.rows:
-        for j in sorted(row):
-            index.append(j)
-            value.append(row[j])
+    for columns, coefficients in model.sorted_rows():
+        index += columns
+        value += coefficients
         starts.append(len(index))
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
     lp.a_matrix_.num_col_ = model.num_vars

@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pearl_sched import Mode, Role, Zone
-from pearl_sched.problem import ROLES, ClassProblem, SlotClass, brute_force, evaluate
+from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, SlotClass, brute_force, evaluate
 from pearl_sched.solvers import available_backends, enumerate_configurations, get_backend, solve_class_problem
+from pearl_sched.solvers.formulation import max_capacity, mode_bound, mode_lower_bound
 
 from .builders import MODEL, workload
 
@@ -114,6 +116,23 @@ def test_milp_equals_enumeration_on_homogeneous_pools(problem: ClassProblem) -> 
         return
     assert milp is not None
     assert _same_objective(milp.objective_s, enumerated.objective_s)
+
+
+@given(problems(), st.booleans())
+def test_the_mode_bound_is_a_lower_bound_on_every_configuration_of_its_mode(problem: ClassProblem, fix: bool) -> None:
+    # The bound that lets the MILP skip a mode: never above the mode's optimum (brute force), never below the
+    # full-capacity bound it tightens; no configuration has more capacity in a role than max_capacity says.
+    if fix:  # the hysteresis "keep" problem: serving classes fixed to their role
+        problem = problem.with_classes([replace(c, fixed=c.current_role is not None) for c in problem.classes])
+    for mode in problem.modes:
+        bound = mode_bound(problem, mode)
+        assert bound >= mode_lower_bound(problem, mode) - 1e-9
+        optimum = brute_force(replace(problem, modes=(mode,)))
+        if optimum is None:
+            continue
+        assert bound <= optimum.objective_s + 1e-9 * max(1.0, abs(optimum.objective_s)), (mode, bound, optimum)
+        for role in MODE_ROLES[mode]:
+            assert optimum.capacity[role] <= max_capacity(problem, role) * (1 + 1e-12) + 1e-12
 
 
 @given(problems())
@@ -214,3 +233,38 @@ print(result.status, result.values)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "optimal (3.0,)"
+
+
+@given(problems(), problems())
+@settings(max_examples=20)
+def test_highs_answers_the_same_on_its_reused_object_as_on_a_fresh_one(first: ClassProblem, then: ClassProblem) -> None:
+    """The backend clears one ``Highs`` object per thread between solves: a new thread makes a fresh one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def outcome(problem: ClassProblem) -> tuple[object, ...]:
+        result = solve_class_problem(problem, get_backend("highs"), time_limit_s=10)
+        solution = result.solution
+        return (result.status, result.rounds, solution and (solution.mode, solution.counts, solution.objective_s))
+
+    outcome(first)  # the reused object has just solved another model
+    reused = outcome(then)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        fresh = list(pool.map(outcome, [then, then]))
+    assert fresh == [reused, reused]
+
+
+def test_sorted_rows_follow_the_rows_through_copies_and_later_rows() -> None:
+    """The matrix a backend reads is the rows', whenever they were added and however the model was copied."""
+    from pearl_sched.solvers.base import LinearModel
+
+    base = LinearModel()
+    x, y, z = (base.add_var(n, 0.0, 5.0, integer=True) for n in "xyz")
+    base.add_row({z: 3.0, x: 1.0}, hi=4.0)
+    assert base.sorted_rows() == [([x, z], [1.0, 3.0])]
+    cuts = LinearModel()
+    cuts.add_row({y: 2.0, x: -1.0}, lo=0.0)
+    model = base.with_rows_of(cuts)
+    model.add_row({z: 1.0, y: 1.0, x: 0.0}, hi=9.0)  # a zero coefficient is not a matrix entry
+    assert model.sorted_rows() == [([x, z], [1.0, 3.0]), ([x, y], [-1.0, 2.0]), ([y, z], [1.0, 1.0])]
+    assert [sorted(r.items()) for r in model.rows] == [list(zip(*row, strict=True)) for row in model.sorted_rows()]
+    assert base.sorted_rows() == [([x, z], [1.0, 3.0])]  # the copy's rows did not leak into the original

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,6 +41,7 @@ from pearl_sched.planner import _classify
 from pearl_sched.problem import ClassProblem, brute_force
 from pearl_sched.reference import H100, H200, reference_workload
 from pearl_sched.solvers import available_backends, get_backend, solve_class_problem
+from pearl_sched.solvers.formulation import mode_bound
 from pearl_sched.state import WorkerSize, WorkerSizes
 from pearl_sched.transition import apply_actions
 
@@ -188,6 +190,12 @@ def _check_brute_force(state: ClusterState, backend: str) -> tuple[bool, str | N
         return False, None
     oracle = brute_force(problem)
     milp = solve_class_problem(problem, get_backend(backend), time_limit_s=30.0).solution
+    for mode in problem.modes:  # the bound that lets the MILP skip a mode holds with pools too
+        best_in_mode = brute_force(replace(problem, modes=(mode,)))
+        if best_in_mode is not None and mode_bound(problem, mode) > best_in_mode.objective_s + 1e-9 * max(
+            1.0, abs(best_in_mode.objective_s)
+        ):
+            return True, f"{mode.value} bound {mode_bound(problem, mode)} above its optimum {best_in_mode.objective_s}"
     if (oracle is None) != (milp is None):
         return True, f"brute force {oracle and oracle.objective_s}, MILP {milp and milp.objective_s}"
     if (
