@@ -16,13 +16,23 @@ transition costs zero (a fresh choice):
 
     ratio_select interval=<gpus> model=<improved|pearl> chosen=<pPdD|nC> best=<pPdD|nC> gap_pct=<x>
 
+Ratio selection with worker sizes (``--only ratio-sizes``, not in the default; ``--sizes-intervals``): the e2e
+scenario with bench/sim_sizes.py's ``worker_sizes`` declared, at each interval of that many dedicated GPUs, plan()
+chooses among sizes too and the choice is simulated against the best of the sized configurations
+(``pearl_sched.sim.sized_configs``: every GPU serving, one size per role, and whatever a model chose)::
+
+    ratio_select interval=<gpus> sizes=<P1/2,D2/4,C2/4> model=<improved|pearl> chosen=<e.g. 2P(tp1)3D(tp2)>
+        best=<…> gap_pct=<x> configs=<n>                                                     (on one line)
+    ratio_select_sizes model=<name> equal_best=<k>/<n> mean_gap_pct=<x>
+
 Mode crossover (PEARL Fig. 2c): Qwen3-30B-A3B on 8 TP2 workers, batch 32 … 96 prompts × group 16, the best
 disaggregated configuration against colocated, on the e2e workload and on the short-output chat one:
 
     crossover workload=<name> batch=<b> colocated_s=<x> best_disaggregated=<pPdD> disaggregated_s=<y> gain_pct=<z>
 
 Then the issue's targets, each with met=yes|no. Usage:
-    python bench/reproduce.py [--only scenarios,ratio,crossover] [--scenarios e2e,sensitivity/short-batch]
+    python bench/reproduce.py [--only scenarios,ratio,crossover,ratio-sizes] [--sizes-intervals 8,16]
+                              [--scenarios e2e,sensitivity/short-batch]
                               [--processes 2] [--out DIR (reports, plots)]
                               [--ray [--ray-address ADDR]]   (the runs as Ray tasks: same figures as serial)
 """
@@ -47,7 +57,15 @@ from pearl_sched.sim.experiment import Report, default_data, run_scenario, setti
 from pearl_sched.sim.hindsight import HindsightSearch
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
-from pearl_sched.state import ratio_label
+from pearl_sched.sim.setting import Setting
+from pearl_sched.sim.sized_configs import (
+    SizedConfig,
+    serving_configuration,
+    simulate_sized,
+    sized_configurations,
+    sized_label,
+)
+from pearl_sched.state import WorkerSizes, ratio_label
 
 SCENARIOS = ("e2e", "ablation", "sensitivity", "swe-qwen3-8b", "swe-qwen3-30b-a3b")
 HINDSIGHT = "oracle-hindsight"
@@ -214,6 +232,68 @@ def ratio_selection(
     return outcomes
 
 
+SIZES = {"prefill": [1, 2], "decode": [2, 4], "colocated": [2, 4]}
+"""The worker sizes of the sized ratio selection: bench/sim_sizes.py's."""
+
+
+def _sized_sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
+    """Every enumerated sized configuration of one interval, simulated (label → makespan)."""
+    scenario_json, gpus, data = args
+    scenario = Scenario.model_validate_json(scenario_json)
+    setting = setting_for(scenario, Path(data))
+    sizes = scenario.worker_sizes
+    assert sizes is not None
+    configs = sized_configurations(sizes, gpus)
+    return gpus, {sized_label(c, scenario.size): simulate_sized(setting, c) for c in configs}
+
+
+def _chosen_config(setting: Setting, sizes: WorkerSizes, gpus: int, model: str) -> SizedConfig:
+    """What plan() chooses on ``gpus`` dedicated GPUs that may be regrouped into ``sizes`` (no transition costs)."""
+    cluster = SimCluster(setting, costs=FREE, dedicated_gpus=gpus, preemptible_gpus=0, worker_sizes=sizes)
+    cluster.trainer_idle_at = math.inf  # no training GPUs to lend: the pool is the interval's
+    chosen = plan_resident(cluster.observe(), setting.predictor(model), costs=FREE)[0]
+    cluster.apply(chosen)
+    return serving_configuration(cluster)
+
+
+def ratio_selection_sized(data: Path, intervals: list[int], processes: int) -> list[tuple[str, float, bool]]:
+    """The ``ratio_select … sizes=`` lines: plan()'s sized choice against the simulated best of the sized space."""
+    base = load_scenario("e2e")
+    scenario = Scenario.model_validate({**base.model_dump(), "worker_sizes": SIZES})
+    sizes = scenario.worker_sizes
+    assert sizes is not None
+    setting = setting_for(scenario, data)
+    tag = ",".join(f"{k[0].upper()}{'/'.join(str(t) for t in v)}" for k, v in SIZES.items())
+    jobs = [(scenario.model_dump_json(), gpus, str(data)) for gpus in intervals]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        sweeps = dict(pool.map(_sized_sweep, jobs))
+    outcomes = []
+    for gpus in intervals:
+        measured = sweeps[gpus]
+        enumerated = len(measured)
+        for name in ("improved", "pearl"):
+            config = _chosen_config(setting, sizes, gpus, name)
+            chosen = sized_label(config, scenario.size)
+            if chosen not in measured:  # outside the enumeration (fewer GPUs, mixed sizes in a role): simulate it
+                measured[chosen] = simulate_sized(setting, config)
+            best = min(measured, key=lambda k: measured[k])
+            gap = 100 * (measured[chosen] - measured[best]) / measured[best]
+            outcomes.append((name, gap, chosen == best))
+            print(
+                f"ratio_select interval={gpus} sizes={tag} model={name} chosen={chosen} best={best}"
+                f" gap_pct={gap:.2f} configs={enumerated}",
+                flush=True,
+            )
+    for name in ("improved", "pearl"):
+        mine = [(gap, equal) for model, gap, equal in outcomes if model == name]
+        print(
+            f"ratio_select_sizes model={name} equal_best={sum(e for _, e in mine)}/{len(mine)}"
+            f" mean_gap_pct={statistics.mean(g for g, _ in mine):.2f}",
+            flush=True,
+        )
+    return outcomes
+
+
 def crossover(data: Path) -> None:
     base = load_scenario("e2e")
     for workload, scale in (("e2e", base.output_scale), ("chat", 1.0)):
@@ -297,6 +377,9 @@ def main() -> None:
         "--hindsight", action="store_true", help=f"Add {HINDSIGHT} to every scenario's policies (it is costly)"
     )
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument(
+        "--sizes-intervals", default="8,16", help="Dedicated GPUs of each interval of the sized ratio selection"
+    )
     parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
     parser.add_argument("--ray", action="store_true", help="Run the independent runs as Ray tasks (the ray extra)")
     parser.add_argument("--ray-address", help="Ray cluster to join (implies --ray); default: a local one")
@@ -319,6 +402,9 @@ def main() -> None:
         else []
     )
     selection = ratio_selection(args.data, args.processes, args.ray_address, use_ray) if "ratio" in parts else []
+    if "ratio-sizes" in parts:
+        intervals = [int(x) for x in args.sizes_intervals.split(",")]
+        ratio_selection_sized(args.data, intervals, args.processes)
     if "crossover" in parts:
         crossover(args.data)
     spreads = noise(args.data, args.processes, reports) if "noise" in parts else []

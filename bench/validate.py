@@ -11,6 +11,10 @@ Datasets:
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
   back (:func:`parallelism`).
+* the same datasets with ``mode=disagg``: the file's disaggregated SGLang rows whose deployment is recorded (worker
+  counts and each role's parallelism, in the row or in its twin: :func:`deployment_twins`), replayed through
+  :func:`pearl_sched.sim.replay.replay_disagg_closed_loop` (:func:`disagg_rows`); ``mode=agg+disagg`` lines give
+  every replayed SGLang row together (the issue's target population).
 * ``silicon-sglang-aic-estimate`` (``--aic-estimate``): aiconfigurator-core's own closed-form estimate of the same
   rows, for comparison with the replay.
 * ``llmservingsim`` / ``llmservingsim-requests``: LLMServingSim's real vLLM 0.19 runs
@@ -30,7 +34,9 @@ plus ``validate-coverage`` (rows not run, by reason), ``validate-rows`` (rows th
 ``validate-unique`` (distinct measurements), ``validate-harness`` and the step-time ``validate-source`` lines.
 Nothing is fitted to these rows, except in the ``-calibrated`` datasets (``--calibrate``): there each row is replayed
 with the engine's online correction fitted on the other rows of the same deployment (never on the row itself).
-Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate] [--kv-dtype-from-scripts] [--csv out.csv]``.
+``--world-step-overhead`` adds the rollout world's per-step framework time to every replayed step (datasets named
+``…-world-overhead``). Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate]
+[--kv-dtype-from-scripts] [--world-step-overhead] [--modes agg,disagg] [--silicon-only] [--csv out.csv]``.
 """
 
 from __future__ import annotations
@@ -52,12 +58,15 @@ from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import AicCoverageError, AicStepTimes, StepTimeCalibration, aic_version
 from pearl_sched.sim.replay import (
+    PDRole,
     ReplayError,
     replay_closed_loop,
+    replay_disagg_closed_loop,
     replay_open_loop,
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
 )
+from pearl_sched.sim.setting import STEP_OVERHEAD_S
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -159,6 +168,10 @@ def _gpus_per_node(system: str) -> int:
 
 
 SCRIPT_KV_FP8 = False
+WORLD_STEP_OVERHEAD = False
+"""``--world-step-overhead``: every replayed step gets the rollout world's per-step framework seconds
+(:data:`pearl_sched.sim.setting.STEP_OVERHEAD_S`), and the silicon datasets are named ``…-world-overhead``."""
+DATASET_SUFFIX = ""
 """``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
 
 
@@ -180,9 +193,14 @@ def script_kv_dtype(row: dict[str, str]) -> str:
     return SGLANG_KV_DTYPE
 
 
-def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | str]) -> AicStepTimes | str:
+def _engine(
+    row: dict[str, str],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    layout: tuple[int, int, int | None, int | None] | None = None,
+) -> AicStepTimes | str:
+    """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP)."""
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
-    tp, adp, moe_tp, moe_ep, _ = parallelism(row)
+    tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
     kv = script_kv_dtype(row)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
     key += (kv,)
@@ -202,6 +220,8 @@ def _engine(row: dict[str, str], cache: dict[tuple[object, ...], AicStepTimes | 
                 fmha_quant_mode=SGLANG_KV_DTYPE,  # attention in bf16 (the engine has no FP8 context MLA data)
             )
             POOLS[id(engine)] = engine.kv_capacity_tokens()
+            if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
+                engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
         except (AicCoverageError, ValueError) as exc:
             reason = str(exc)
@@ -225,24 +245,25 @@ class Replayed:
     backend_version: str = ""
 
 
-def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
-    """Replay every aggregated SGLang row the engine covers."""
+def sglang_silicon_rows() -> list[dict[str, str]]:
+    """The SGLang rows of aiconfigurator-core's ``systems/silicon_sample.csv`` (``nan`` read as empty)."""
     import aiconfigurator_core
 
     path = Path(aiconfigurator_core.__file__).parent / "systems" / "silicon_sample.csv"
     with path.open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["backend"] == "sglang"]
-    rows = [{k: ("" if v == "nan" else v) for k, v in r.items()} for r in rows]
-    cache: dict[tuple[object, ...], AicStepTimes | str] = {}
+    return [{k: ("" if v == "nan" else v) for k, v in r.items()} for r in rows]
+
+
+def silicon_rows(
+    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+) -> tuple[list[Replayed], Counter[str], str]:
+    """Replay every aggregated SGLang row the engine covers."""
     skipped: Counter[str] = Counter()
     out: list[Replayed] = []
     source = ""
-    for row in rows[:limit] if limit else rows:
+    for row in rows:
         if row["mode"] != "agg":
-            if row["prefill_num_workers"] and row["decode_num_workers"]:
-                skipped["disagg rows with worker counts: no PD replay with attention-DP ranks yet"] += 1
-            else:
-                skipped["disagg rows without prefill/decode worker counts: the deployment is not recorded"] += 1
             continue
         engine = _engine(row, cache)
         if isinstance(engine, str):
@@ -273,13 +294,246 @@ def silicon_rows(limit: int | None) -> tuple[list[Replayed], Counter[str], str]:
         source = source or engine.source
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         tpot = float(row["silicon_tpot_ms"]) / 1e3
-        dataset = "silicon-sglang-kvbound" if conc * (isl + osl) > pool else "silicon-sglang"
+        dataset = ("silicon-sglang-kvbound" if conc * (isl + osl) > pool else "silicon-sglang") + DATASET_SUFFIX
         e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
         measured = Row(dataset, "agg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
         out.append(
             Replayed(measured, engine, isl, osl, conc, chunk, harness, parallelism(row)[4], row["backend_version"])
         )
     return out, skipped, source
+
+
+DISAGG_LAYOUT_FIELDS = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def _side(row: dict[str, str], role: str) -> tuple[int, int, int | None, int | None]:
+    """(TP, attention-DP, MoE TP, EP) of one role of a disaggregated row (``prefill_…`` / ``decode_…`` columns)."""
+    tp, adp, moe_tp, moe_ep = (_int(row[f"{role}_{name}"]) for name in DISAGG_LAYOUT_FIELDS)
+    return tp or 1, adp or 1, moe_tp, moe_ep
+
+
+def _has_workers(row: dict[str, str]) -> bool:
+    return bool(row["prefill_num_workers"] and row["decode_num_workers"])
+
+
+def recorded_concurrency(row: dict[str, str]) -> int | None:
+    """A row's benchmark concurrency: ``silicon_concurrency=`` in its source, else (rows with worker counts) the
+    decode batch per rank × decode ranks × decode workers, the product that equals the recorded concurrency on every
+    row that records both (97 of 97)."""
+    match = re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"])
+    if match:
+        return int(match.group(1))
+    if row["batch_size"]:
+        return int(float(row["batch_size"]))
+    if _has_workers(row) and row["decode_batch_size"]:
+        return int(row["decode_batch_size"]) * int(row["decode_num_workers"]) * _side(row, "decode")[1]
+    return None
+
+
+SAME_ARCHITECTURE = {"deepseek-ai/DeepSeek-R1": "deepseek-ai/DeepSeek-V3"}
+"""Model ids naming one architecture (DeepSeek-R1 is DeepSeek-V3's architecture, config and size): the database dump
+records its DeepSeek-R1 runs (ids ``dsr1_…``) under ``deepseek-ai/DeepSeek-V3``, the dated exports under R1."""
+
+
+def _measurement_key(row: dict[str, str]) -> tuple[object, ...]:
+    return (
+        SAME_ARCHITECTURE.get(row["model_path"], row["model_path"]),
+        row["system"],
+        row["precision"],
+        row["isl"],
+        row["osl"],
+        recorded_concurrency(row),
+        round(float(row["silicon_ttft_ms"]), 3),
+        round(float(row["silicon_tpot_ms"]), 3),
+    )
+
+
+def deployment_twins(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    """For disaggregated rows without worker counts: the row with worker counts that holds the same measurement.
+
+    The dated CSV exports repeat benchmarks of the database dump without its worker counts; a row of both with the
+    same model, GPU, precision, ISL, OSL, concurrency and measured TTFT and TPOT (to the µs) is one measurement, and
+    the dump's row records its deployment (the model id may differ: :data:`SAME_ARCHITECTURE`). Returns
+    ``{row id: twin}`` for the rows that have exactly one twin.
+    """
+    recorded: dict[tuple[object, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        if row["mode"] == "disagg" and _has_workers(row):
+            recorded.setdefault(_measurement_key(row), []).append(row)
+    twins = {}
+    for row in rows:
+        if row["mode"] == "disagg" and not _has_workers(row):
+            found = recorded.get(_measurement_key(row), [])
+            if len(found) == 1:
+                twins[row["id"]] = found[0]
+    return twins
+
+
+def _link_bytes_per_s(system: str) -> float:
+    """One GPU's P→D bandwidth, one direction: the system file's ``inter_node_bw`` (NVLink within a GB200/GB300
+    rack, the node's RDMA NICs per GPU elsewhere), as the rollout world's setting reads it."""
+    import aiconfigurator_core
+    import yaml
+
+    spec = Path(aiconfigurator_core.__file__).parent / "systems" / f"{system}.yaml"
+    return float(yaml.safe_load(spec.read_text())["node"]["inter_node_bw"])
+
+
+@dataclass
+class DisaggReplayed:
+    """A disaggregated row's replay and how its deployment was read."""
+
+    row: Row
+    decode_engine: AicStepTimes
+    isl: int
+    osl: int
+    concurrency: int
+    from_twin: bool
+    roles: tuple[PDRole, PDRole] | None = None
+    harness: Harness = INFERENCEMAX
+
+
+def calibrated_disagg_rows(disagg: list[DisaggReplayed]) -> list[Row]:
+    """Each disaggregated row replayed again with its engines calibrated on the *other* measurements of its deployment.
+
+    As :func:`calibrated_rows`: (replayed TPOT, measured TPOT) pairs of the same deployment (both roles' engines and
+    worker counts) folded into a :class:`~pearl_sched.profiles.aic_engine.StepTimeCalibration` applied to both
+    roles' engines; the row and its twin (the same measurement) are never in it. Deployments with fewer than 3
+    other measurements are left out.
+    """
+    groups: dict[tuple[object, ...], list[DisaggReplayed]] = {}
+    for item in disagg:
+        if item.roles is None:
+            continue
+        prefill, decode = item.roles
+        groups.setdefault((id(prefill.steps), id(decode.steps), prefill.workers, decode.workers), []).append(item)
+    out: list[Row] = []
+    for items in groups.values():
+        for item in items:
+            others = [o for o in items if _same_measurement(o) != _same_measurement(item)]
+            if len({_same_measurement(o) for o in others}) < 3:
+                continue
+            assert item.roles is not None
+            prefill, decode = item.roles
+            engines = {id(role.steps): role.steps for role in item.roles if isinstance(role.steps, AicStepTimes)}
+            cal = StepTimeCalibration()
+            cal.observe_many((o.row.sim_tpot_s, o.row.measured_tpot_s) for o in others)
+            for engine in engines.values():
+                engine.calibration = cal
+            try:
+                res = replay_disagg_closed_loop(
+                    prefill,
+                    decode,
+                    isl=item.isl,
+                    osl=item.osl,
+                    concurrency=item.concurrency,
+                    rounds=item.harness.prompts_per_client,
+                    range_ratio=item.harness.range_ratio,
+                )
+            finally:
+                for engine in engines.values():
+                    engine.calibration = None
+            r = item.row
+            out.append(
+                Row(
+                    r.dataset + "-calibrated",
+                    r.mode,
+                    r.row_id,
+                    r.measured_ttft_s,
+                    r.measured_tpot_s,
+                    r.measured_e2e_s,
+                    res.ttft_s,
+                    res.tpot_s,
+                    res.e2e_s,
+                )
+            )
+    return out
+
+
+def _same_measurement(item: DisaggReplayed) -> tuple[object, ...]:
+    r = item.row
+    return (item.isl, item.osl, item.concurrency, round(r.measured_ttft_s, 6), round(r.measured_tpot_s, 6))
+
+
+def disagg_rows(
+    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+) -> tuple[list[DisaggReplayed], Counter[str]]:
+    """Replay every disaggregated SGLang row whose deployment is recorded (in the row or in its twin).
+
+    Each role runs at its own recorded parallelism (TP, attention-DP, MoE TP / EP) with aiconfigurator-core step
+    times and KV pool per rank, ``prefill_num_workers`` / ``decode_num_workers`` engines, the prompt's whole KV over
+    each prefill rank's link, and the row's closed-loop concurrency sent as its harness sent it
+    (:func:`pearl_sched.sim.replay.replay_disagg_closed_loop`). Rows without worker counts use the deployment of
+    their twin (:func:`deployment_twins`); the rest are not run (``validate-coverage`` says why).
+    """
+    twins = deployment_twins(rows)
+    out: list[DisaggReplayed] = []
+    skipped: Counter[str] = Counter()
+    for row in rows:
+        if row["mode"] != "disagg":
+            continue
+        deployment = row if _has_workers(row) else twins.get(row["id"])
+        if deployment is None:
+            skipped[
+                "disagg rows without worker counts and no twin that records them: the deployment is not recorded"
+            ] += 1
+            continue
+        conc = recorded_concurrency(row)
+        if conc is None:
+            skipped["disagg rows without a recorded concurrency"] += 1
+            continue
+        roles = []
+        for role in ("prefill", "decode"):
+            engine = _engine(deployment, cache, _side(deployment, role))
+            if isinstance(engine, str):
+                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:120]] += 1
+                break
+            gpu_memory = engine.gpu_memory_bytes()
+            gpus = engine.tp * engine.attention_dp
+            roles.append(
+                PDRole(
+                    engine,
+                    workers=int(deployment[f"{role}_num_workers"]),
+                    ranks=engine.attention_dp,
+                    pool_tokens=POOLS[id(engine)],
+                    chunked_prefill_size=sglang_chunked_prefill_size(gpu_memory),
+                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(gpu_memory, gpus),
+                    kv_bytes_per_token=engine.kv_bytes_per_token(),
+                    link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
+                )
+            )
+        if len(roles) < 2:
+            continue
+        isl, osl = int(row["isl"]), int(row["osl"])
+        harness = harness_of(row)
+        try:
+            res = replay_disagg_closed_loop(
+                roles[0],
+                roles[1],
+                isl=isl,
+                osl=osl,
+                concurrency=conc,
+                rounds=harness.prompts_per_client,
+                range_ratio=harness.range_ratio,
+            )
+        except ReplayError as exc:
+            skipped[f"disagg replay refused: {exc}"[:90]] += 1
+            continue
+        except AicCoverageError as exc:
+            skipped[f"{row['model_path']} {row['system']} disagg: {str(exc).rsplit(': ', 1)[-1][:80]}"] += 1
+            continue
+        decode = roles[1]
+        capacity = decode.pool_tokens * decode.ranks * decode.workers
+        dataset = ("silicon-sglang-kvbound" if conc * (isl + osl) > capacity else "silicon-sglang") + DATASET_SUFFIX
+        ttft = float(row["silicon_ttft_ms"]) / 1e3
+        tpot = float(row["silicon_tpot_ms"]) / 1e3
+        e2e = ttft + (harness.mean_osl(osl) - 1) * tpot
+        measured = Row(dataset, "disagg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
+        assert isinstance(decode.steps, AicStepTimes)
+        out.append(
+            DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row, (roles[0], roles[1]), harness)
+        )
+    return out, skipped
 
 
 def aic_estimate_rows(replayed: list[Replayed]) -> tuple[list[Row], Counter[str]]:
@@ -526,6 +780,43 @@ def unique_line(replayed: list[Replayed]) -> str:
     return f"validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows={len(rows)} {' '.join(parts)}"
 
 
+def disagg_unique_line(disagg: list[DisaggReplayed]) -> str:
+    """MAPE over distinct disaggregated measurements (a twin and its row count once)."""
+    seen: dict[tuple[object, ...], Row] = {}
+    for item in disagg:
+        r = item.row
+        seen.setdefault((item.decode_engine.model_id, item.decode_engine.gpu, item.isl, item.osl, item.concurrency,
+                         round(r.measured_ttft_s, 6), round(r.measured_tpot_s, 6)), r)  # fmt: skip
+    rows = list(seen.values())
+    if not rows:
+        return "validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows=0"
+    parts = []
+    for target in ("ttft", "tpot", "e2e"):
+        measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
+        sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
+        parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
+    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows={len(rows)} {' '.join(parts)}"
+
+
+def total_lines(rows: list[Row]) -> list[str]:
+    """The issue's target population: every replayed SGLang silicon row, aggregated and disaggregated, KV-bound or not
+    (``mode=agg+disagg``)."""
+    names = {f"silicon-sglang{DATASET_SUFFIX}", f"silicon-sglang-kvbound{DATASET_SUFFIX}"}
+    mine = [r for r in rows if r.dataset in names]
+    lines = []
+    for target in ("ttft", "tpot", "e2e"):
+        pairs = [(getattr(r, f"measured_{target}_s"), getattr(r, f"sim_{target}_s")) for r in mine]
+        pairs = [(m, s) for m, s in pairs if not (math.isnan(m) or math.isnan(s))]
+        if pairs:
+            measured, sim = np.array(pairs).T
+            mape = 100 * mean_absolute_percentage_error(measured, sim)
+            lines.append(
+                f"validate dataset=silicon-sglang{DATASET_SUFFIX}(+kvbound) mode=agg+disagg target={target}"
+                f" rows={len(pairs)} mape_pct={mape:.1f}"
+            )
+    return lines
+
+
 def mape_lines(rows: list[Row]) -> list[str]:
     """The ``validate`` lines, MAPE by scikit-learn."""
     lines = []
@@ -567,15 +858,48 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
     )
+    parser.add_argument(
+        "--modes",
+        default="agg,disagg",
+        help="which silicon-sglang rows to replay: agg, disagg or both (default agg,disagg)",
+    )
+    parser.add_argument(
+        "--world-step-overhead",
+        action="store_true",
+        help="add the rollout world's per-step framework seconds to every step (datasets …-world-overhead)",
+    )
+    parser.add_argument(
+        "--silicon-only", action="store_true", help="skip the dynamo and llmservingsim datasets (faster iterations)"
+    )
     args = parser.parse_args(argv)
-    global SCRIPT_KV_FP8
+    args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    if not args.modes <= {"agg", "disagg"}:
+        parser.error(f"--modes: unknown mode(s) {sorted(args.modes - {'agg', 'disagg'})}; known: agg, disagg")
+    global SCRIPT_KV_FP8, WORLD_STEP_OVERHEAD, DATASET_SUFFIX
     SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
+    WORLD_STEP_OVERHEAD = args.world_step_overhead
+    DATASET_SUFFIX = "-world-overhead" if WORLD_STEP_OVERHEAD else ""
+    if WORLD_STEP_OVERHEAD and (args.calibrate or args.aic_estimate):
+        parser.error(
+            "--world-step-overhead replaces the engine's calibration: run it without --calibrate/--aic-estimate"
+        )
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
-    replayed, skipped, source = silicon_rows(args.rows)
-    rows = [r.row for r in replayed]
+    csv_rows = sglang_silicon_rows()
+    csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
+    cache: dict[tuple[object, ...], AicStepTimes | str] = {}
+    replayed: list[Replayed] = []
+    skipped: Counter[str] = Counter()
+    source = ""
+    if "agg" in args.modes:
+        replayed, skipped, source = silicon_rows(csv_rows, cache)
+    disagg: list[DisaggReplayed] = []
+    if "disagg" in args.modes:
+        disagg, disagg_skipped = disagg_rows(csv_rows, cache)
+        skipped += disagg_skipped
+    rows = [r.row for r in replayed] + [d.row for d in disagg]
     if args.calibrate:
-        rows += calibrated_rows(replayed)
+        rows += calibrated_rows(replayed) + calibrated_disagg_rows(disagg)
     if args.aic_estimate:
         estimates, failed = aic_estimate_rows(replayed)
         rows += estimates
@@ -589,18 +913,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"validate-note dataset=silicon-sglang rows={corrected} tp_size recorded as TP x EP, read as TP")
     for reason, n in skipped.most_common():
         print(f"validate-coverage dataset=silicon-sglang rows={n} not_run={reason}")
+    twins = sum(d.from_twin for d in disagg)
     print(
-        f"validate-rows dataset=silicon-sglang exist={len(replayed) + sum(skipped.values())} replayed={len(replayed)}"
-        f" not_replayed={sum(skipped.values())} (reasons: the validate-coverage lines)"
+        f"validate-note dataset=silicon-sglang mode=disagg rows={twins} without worker counts, run with the deployment"
+        " their twin row records (same measurement)"
+    )
+    done = len(replayed) + len(disagg)
+    print(
+        f"validate-rows dataset=silicon-sglang exist={done + sum(skipped.values())} replayed={done}"
+        f" (agg {len(replayed)}, disagg {len(disagg)}) not_replayed={sum(skipped.values())}"
+        " (reasons: the validate-coverage lines)"
     )
     print(unique_line(replayed))
-    if (DATA / "dynamo-h200-llama31-8b").is_dir():
+    print(disagg_unique_line(disagg))
+    if args.silicon_only:
+        pass
+    elif (DATA / "dynamo-h200-llama31-8b").is_dir():
         dyn, dyn_source = dynamo_rows()
         rows += dyn
         print(f"validate-source dataset=dynamo {dyn_source}")
     else:
         print(f"validate-coverage dataset=dynamo not_run=no data at {DATA / 'dynamo-h200-llama31-8b'}")
-    if (DATA / "llmservingsim").is_dir():
+    if args.silicon_only:
+        pass
+    elif (DATA / "llmservingsim").is_dir():
         lss, lss_skipped, lss_source = llmservingsim_rows()
         rows += lss
         print(f"validate-source dataset=llmservingsim {lss_source}")
@@ -611,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
             f"validate-rows dataset=llmservingsim exist={runs + sum(lss_skipped.values())} runs replayed={runs}"
             f" ({sum(r.dataset == 'llmservingsim-requests' for r in lss)} requests)"
         )
-    for line in mape_lines(rows):
+    for line in mape_lines(rows) + total_lines(rows):
         print(line)
     if args.csv:
         with args.csv.open("w", newline="") as f:

@@ -67,13 +67,28 @@ class MakespanTerms(Frozen):
         return {Role.PREFILL: self.prefill, Role.DECODE: self.decode, Role.COLOCATED: self.colocated}[role]
 
 
+class SizeCount(Frozen):
+    """Workers of one (GPU type, TP degree) serving one role of a configuration."""
+
+    role: Role
+    gpu_type: str = Field(min_length=1)
+    tp: int = Field(ge=1)
+    count: NonNegFloat
+
+
 class PoolCapacity(Frozen):
-    """Capacity of a configuration, in reference workers per role."""
+    """Capacity of a configuration, in reference workers per role.
+
+    ``workers`` optionally says which workers make it up (the planner fills it); PEARL's model reads the
+    capacities only, a model that knows each size's own memory and step times may read the workers
+    (docs/makespan.md, "Worker sizes").
+    """
 
     mode: Mode
     prefill: NonNegFloat = 0.0
     decode: NonNegFloat = 0.0
     colocated: NonNegFloat = 0.0
+    workers: tuple[SizeCount, ...] = ()
 
 
 class MakespanBreakdown(Frozen):

@@ -63,6 +63,7 @@ from pearl_sched.makespan import (
     PearlParams,
     PoolCapacity,
     PoolTerms,
+    SizeCount,
 )
 from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Role, Workload
 
@@ -138,6 +139,14 @@ class ModeObservation(Frozen):
         )
 
 
+class SizePool(Frozen):
+    """The KV pool one worker of a (GPU type, TP degree) holds, as SGLang sizes it at that TP."""
+
+    gpu_type: str = Field(min_length=1)
+    tp: int = Field(ge=1)
+    kv_pool_tokens: PosFloat = Field(description="sglang:max_total_num_tokens of one worker of this size")
+
+
 class ServingParams(Frozen):
     """How the SGLang workers serve: memory, caching, routing, PD transfer, mixed steps — and what they reported.
 
@@ -147,6 +156,11 @@ class ServingParams(Frozen):
     kv_limited: bool = Field(default=True, description="False: PEARL's infinite KV memory (no limit, no eviction)")
     kv_pool_tokens: PosFloat | None = Field(
         default=None, description="KV pool of one reference worker (sglang:max_total_num_tokens); None: H_max / K"
+    )
+    size_pools: tuple[SizePool, ...] = Field(
+        default=(),
+        description="Each declared worker size's own KV pool; such a size also runs at its own decode iteration "
+        "cost A. A size not listed counts as its capacity weight in reference pools",
     )
     router: Literal["cache_aware", "least_load", "round_robin"] = "cache_aware"
     perfect_cache: bool = Field(default=False, description="True: PEARL's every prefix always cached")
@@ -220,6 +234,18 @@ class _Flow(NamedTuple):
     kv_limited: bool
 
 
+class _Pools(NamedTuple):
+    """A configuration resolved by worker size: each role's compute capacity, KV pool and decode iteration cost.
+
+    ``kv_tokens[role]`` is the role's total KV pool per reference worker of its capacity (its workers' own pools
+    summed, over the capacity), ``iteration_s[role]`` the capacity-weighted mean of their decode iteration costs A.
+    """
+
+    capacity: PoolCapacity
+    kv_tokens: dict[Role, float]
+    iteration_s: dict[Role, float]
+
+
 def _fit_pool(capacities: list[float], times: list[float]) -> PoolTerms:
     """``fixed + work/E`` fitted to ``times`` in relative least squares (both coefficients non-negative)."""
     u = [1.0 / t for t in times]
@@ -251,6 +277,8 @@ class ImprovedMakespanModel:
         self._corrections: dict[tuple[Workload, Mode], tuple[float, float]] = {}
         self._terms: dict[Workload, MakespanTerms] = {}
         self._predictions: dict[tuple[Workload, PoolCapacity], MakespanBreakdown] = {}
+        self._resolved: dict[tuple[Workload, PoolCapacity], _Pools] = {}
+        self._weights: dict[tuple[Workload, str, int, Role], float] = {}
 
     @property
     def name(self) -> str:
@@ -262,8 +290,22 @@ class ImprovedMakespanModel:
         return {"name": self.name, "params": self.params.model_dump(mode="json")}
 
     def capacity_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role) -> float:
-        """As PEARL's model: reference workers one worker of (gpu_type, tp) is worth in ``role``."""
-        return self._pearl.capacity_weight(workload, gpu_type, tp, role)
+        """Reference workers one worker of (gpu_type, tp) is worth in ``role``, as the MILP's surrogate sees it.
+
+        PEARL's per-token weight, except for a size whose own KV pool is declared (``ServingParams.size_pools``):
+        its memory and decode iteration cost differ from the weight's share of the reference worker's, so its
+        weight is the one under which the reference surrogate gives the size's own throughput bound
+        (docs/makespan.md, "Worker sizes").
+        """
+        weight = self._pearl.capacity_weight(workload, gpu_type, tp, role)
+        if not self._declared(SizeCount(role=role, gpu_type=gpu_type, tp=tp, count=1.0)):
+            return weight
+        memo = (self._key(workload), gpu_type, tp, role)
+        if memo not in self._weights:
+            if len(self._weights) > 256:
+                self._weights.clear()
+            self._weights[memo] = self._sized_weight(workload, gpu_type, tp, role, weight)
+        return self._weights[memo]
 
     def kv_capacity_bytes(self, gpu_type: str, tp: int) -> float:
         """As PEARL's model: KV-cache bytes one worker of (gpu_type, tp) holds."""
@@ -294,6 +336,81 @@ class ImprovedMakespanModel:
         if serving.kv_pool_tokens is not None:
             return serving.kv_pool_tokens
         return self._pearl.reference.kv_capacity_bytes / k
+
+    def size_pool_tokens(self, workload: Workload, gpu_type: str, tp: int) -> float | None:
+        """KV tokens one worker of (gpu_type, tp) holds when its size's own pool is declared, else None.
+
+        The reference worker's is :meth:`kv_pool_tokens`; another size's is its ``ServingParams.size_pools`` entry
+        (infinite in PEARL's limit). None: the size is not declared and counts as its capacity weight in reference
+        pools (docs/makespan.md, "Worker sizes").
+        """
+        ref = self._pearl.reference
+        if (gpu_type, tp) == (ref.gpu_type, ref.tp):
+            return self.kv_pool_tokens(workload)
+        for pool in self.params.serving.size_pools:
+            if (pool.gpu_type, pool.tp) == (gpu_type, tp):
+                limited = self.params.serving.kv_limited and workload.kv_bytes_per_token > 0
+                return pool.kv_pool_tokens if limited else math.inf
+        return None
+
+    def _declared(self, worker: SizeCount) -> bool:
+        """Whether the worker's size has its own pool and step times (declared, not the reference)."""
+        ref = self._pearl.reference
+        key = (worker.gpu_type, worker.tp)
+        return key != (ref.gpu_type, ref.tp) and any((p.gpu_type, p.tp) == key for p in self.params.serving.size_pools)
+
+    def _pools(self, workload: Workload, capacity: PoolCapacity) -> _Pools:
+        """``capacity`` resolved by worker size (:class:`_Pools`).
+
+        Without workers of a declared size every role has the reference worker's pool and A, and the capacities
+        are the ones given (the approximation of before: another size counts as its weight in reference pools).
+        With them, each role's capacity is recomputed from its workers (PEARL's per-token weights), its pool is
+        Σ count·M_size over that capacity (an undeclared size's M = weight·M_ref) and its A the capacity-weighted
+        mean of the sizes' A.
+        """
+        ref = self._pearl.reference
+        m_ref = self.kv_pool_tokens(workload)
+        roles = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+        if not capacity.workers or not any(self._declared(w) for w in capacity.workers):
+            return _Pools(capacity, dict.fromkeys(roles, m_ref), dict.fromkeys(roles, ref.decode_iteration_s))
+        memo = (workload, capacity)
+        if memo in self._resolved:
+            return self._resolved[memo]
+        compute: dict[Role, float] = {}
+        kv_tokens: dict[Role, float] = {}
+        iteration: dict[Role, float] = {}
+        for role in roles:
+            members = [w for w in capacity.workers if w.role is role and w.count > 0]
+            weights = [w.count * self._pearl.capacity_weight(workload, w.gpu_type, w.tp, role) for w in members]
+            total = sum(weights)
+            compute[role] = total
+            kv_tokens[role], iteration[role] = m_ref, ref.decode_iteration_s
+            if total <= 0 or not any(self._declared(w) for w in members):
+                continue
+            tokens = 0.0
+            fixed = 0.0
+            for w, weight in zip(members, weights, strict=True):
+                own = self.size_pool_tokens(workload, w.gpu_type, w.tp)
+                tokens += w.count * own if own is not None else weight * m_ref
+                a = (
+                    self._pearl.device(w.gpu_type, w.tp).decode_iteration_s
+                    if own is not None
+                    else ref.decode_iteration_s
+                )
+                fixed += weight * a
+            kv_tokens[role] = tokens / total
+            iteration[role] = fixed / total
+        resolved = capacity.model_copy(
+            update={
+                "prefill": compute[Role.PREFILL],
+                "decode": compute[Role.DECODE],
+                "colocated": compute[Role.COLOCATED],
+            }
+        )
+        if len(self._resolved) > 1024:
+            self._resolved.clear()
+        self._resolved[memo] = _Pools(resolved, kv_tokens, iteration)
+        return self._resolved[memo]
 
     @staticmethod
     def _context(workload: Workload) -> float:
@@ -359,8 +476,10 @@ class ImprovedMakespanModel:
         serving = self.params.serving
         r, dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
         b, c = phase.trajectories, phase.context
-        m = self.kv_pool_tokens(workload)
+        pools = self._pools(workload, capacity)
+        capacity = pools.capacity
         mode = capacity.mode
+        m = pools.kv_tokens[Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE]
         f = self._footprint(workload, mode, c)
         decode_workers = capacity.colocated if mode is Mode.COLOCATED else capacity.decode
         held = self._held(workload, mode, c)
@@ -371,7 +490,9 @@ class ImprovedMakespanModel:
             free = m - n / decode_workers * f
             hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
         else:
-            hit = self._retention(m, b / capacity.prefill, held) * self._router(capacity.prefill)
+            hit = self._retention(pools.kv_tokens[Role.PREFILL], b / capacity.prefill, held) * self._router(
+                capacity.prefill
+            )
             if serving.decode_radix_cache:
                 free = m - n / decode_workers * f
                 decode_hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
@@ -486,6 +607,7 @@ class ImprovedMakespanModel:
 
     def _states(self, workload: Workload, capacity: PoolCapacity, *, corrected: bool) -> list[CycleState]:
         """The cycle's fixed point in each phase of the batch."""
+        capacity = self._pools(workload, capacity).capacity
         return [self._solve(workload, capacity, ph, corrected=corrected) for ph in self.phases(workload)]
 
     def _solve(self, workload: Workload, capacity: PoolCapacity, phase: Phase, *, corrected: bool) -> CycleState:
@@ -505,7 +627,10 @@ class ImprovedMakespanModel:
         bandwidth = self._bandwidth(prefill_capacity)
         mixed = serving.mixed_step_factor if serving.enable_mixed_chunk else 1.0
         footprint = self._footprint(workload, capacity.mode, phase.context)
-        n_max = min(float(b_total), decode_capacity * self.kv_pool_tokens(workload) / footprint)
+        pools = self._pools(workload, capacity)
+        decode_role = Role.COLOCATED if colocated else Role.DECODE
+        n_max = min(float(b_total), decode_capacity * pools.kv_tokens[decode_role] / footprint)
+        fixed_iteration_s = pools.iteration_s[decode_role]
 
         def core(n: float) -> tuple[float, float, float, float, _Flow]:
             """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
@@ -513,7 +638,7 @@ class ImprovedMakespanModel:
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
             own_prefill = x * t_p + (p.switch_overhead_s if colocated else 0.0)
-            plain = ref.decode_iteration_s + ref.decode_per_seq_s * n / decode_capacity
+            plain = fixed_iteration_s + ref.decode_per_seq_s * n / decode_capacity
             stolen = 0.0
             if colocated:
                 # Prefill-first: the decode batch waits while the worker prefills, W seconds per cycle, so
@@ -578,16 +703,21 @@ class ImprovedMakespanModel:
         return state((lo + hi) / 2)
 
     # -- throughput bounds ------------------------------------------------------------------------------------------
-    def _decode_bound_s(self, workload: Workload, capacity: float, mode: Mode) -> float:
-        """S·r iterations of the decode pool, each serving at most the KV pool's limit per worker."""
+    def _decode_bound_s(self, workload: Workload, capacity: float, mode: Mode, pools: _Pools | None = None) -> float:
+        """S·r iterations of the decode pool, each serving at most the KV pool's limit per worker.
+
+        ``pools``: the configuration by worker size (its decode role's pool and A); None: the reference worker's.
+        """
         ref = self._pearl.reference
         s, r = workload.turns, workload.generated_tokens_per_turn
-        m = self.kv_pool_tokens(workload)
+        role = Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE
+        m = pools.kv_tokens[role] if pools is not None else self.kv_pool_tokens(workload)
+        a = pools.iteration_s[role] if pools is not None else ref.decode_iteration_s
         total = 0.0
         for ph in self.phases(workload):
             b = ph.trajectories
             per_worker = min(b / capacity, m / self._footprint(workload, mode, ph.context))
-            total += ref.decode_iteration_s * b / (capacity * per_worker) + ref.decode_per_seq_s * b / capacity
+            total += a * b / (capacity * per_worker) + ref.decode_per_seq_s * b / capacity
         return s * r * total / PHASES
 
     def _prefill_bound_s(self, workload: Workload, capacity: float, flows: list[_Flow], mode: Mode) -> float:
@@ -607,17 +737,75 @@ class ImprovedMakespanModel:
     def _quick_flows(self, workload: Workload, capacity: PoolCapacity) -> list[_Flow]:
         """Each phase's flow at n without the fixed point (the MILP surrogate): the no-queue decoding share."""
         ref = self._pearl.reference
+        pools = self._pools(workload, capacity)
+        capacity = pools.capacity
+        role = Role.COLOCATED if capacity.mode is Mode.COLOCATED else Role.DECODE
         decode = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.decode
         r = workload.generated_tokens_per_turn
         own = workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)
-        m = self.kv_pool_tokens(workload)
+        m = pools.kv_tokens[role]
         flows = []
         for ph in self.phases(workload):
-            d = r * (ref.decode_iteration_s + ref.decode_per_seq_s * ph.trajectories / decode)
+            d = r * (pools.iteration_s[role] + ref.decode_per_seq_s * ph.trajectories / decode)
             n = ph.trajectories * d / (d + workload.env_time_per_turn_s + own)
             n = min(n, decode * m / self._footprint(workload, capacity.mode, ph.context))
             flows.append(self._flow(workload, capacity, n, ph))
         return flows
+
+    def _surrogate_grid(self, workload: Workload) -> list[float]:
+        """The capacities (reference workers) the surrogate is fitted over: 1 … max(16, 4·B·c/M), geometric."""
+        m = self.kv_pool_tokens(workload)
+        saturation = workload.batch_size * self._context(workload) / m if math.isfinite(m) else 1.0
+        top = max(16.0, 4.0 * saturation)
+        return [top ** (k / (SURROGATE_POINTS - 1)) for k in range(SURROGATE_POINTS)]
+
+    def _pool_bounds(self, workload: Workload, capacity: PoolCapacity) -> dict[Role, float]:
+        """Each pool's throughput bound on ``capacity`` with the no-queue decoding share (what the surrogate fits)."""
+        pools = self._pools(workload, capacity)
+        cap = pools.capacity
+        flows = self._quick_flows(workload, cap)
+        if cap.mode is Mode.COLOCATED:
+            return {
+                Role.COLOCATED: self._prefill_bound_s(workload, cap.colocated, flows, Mode.COLOCATED)
+                + self._decode_bound_s(workload, cap.colocated, Mode.COLOCATED, pools)
+                + workload.turns * self.params.pearl.switch_overhead_s
+            }
+        return {
+            Role.PREFILL: self._prefill_bound_s(workload, cap.prefill, flows, Mode.DISAGGREGATED),
+            Role.DECODE: self._decode_bound_s(workload, cap.decode, Mode.DISAGGREGATED, pools),
+        }
+
+    def _sized_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role, weight: float) -> float:
+        """The capacity weight under which the MILP's reference surrogate gives a declared size's own bound.
+
+        On the surrogate's grid, reference capacity e against n = e·TP_ref/TP workers of the size (the same GPUs):
+        the size's bound with its own pool and A, T(n), over the reference workers' bound T_ref(e) scales the
+        fitted time at e, and the fitted terms are inverted there, E* = work/(fit(e)·T(n)/T_ref(e) − fixed) (so a
+        size that is the reference's exact fraction per GPU gets that fraction, whatever the fit's error). The
+        weight is the geometric mean of E*/n over the grid (PEARL's weight where no point inverts). In PD the
+        other role is e reference workers.
+        """
+        ref = self._pearl.reference
+        terms = self.terms(workload).pool(role)
+        ratios = []
+        for e in self._surrogate_grid(workload):
+            n = e * ref.tp / tp
+            own = SizeCount(role=role, gpu_type=gpu_type, tp=tp, count=n)
+            if role is Role.COLOCATED:
+                sized = PoolCapacity(mode=Mode.COLOCATED, colocated=e, workers=(own,))
+                plain = PoolCapacity(mode=Mode.COLOCATED, colocated=e)
+            else:
+                other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+                rest = SizeCount(role=other, gpu_type=ref.gpu_type, tp=ref.tp, count=e)
+                sized = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e, workers=(own, rest))
+                plain = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e)
+            reference = self._pool_bounds(workload, plain)[role]
+            if reference <= 0 or terms.work_s <= 0:
+                continue
+            target = terms.time_s(e) * self._pool_bounds(workload, sized)[role] / reference
+            if target > terms.fixed_s:
+                ratios.append(terms.work_s / (target - terms.fixed_s) / n)
+        return math.exp(_mean([math.log(x) for x in ratios])) if ratios else weight
 
     def terms(self, workload: Workload) -> MakespanTerms:
         """Each pool's throughput bound as PEARL's ``fixed + work/E``, fitted over a grid of capacities.
@@ -628,24 +816,15 @@ class ImprovedMakespanModel:
         memo = self._key(workload)
         if memo in self._terms:
             return self._terms[memo]
-        p = self.params.pearl
-        m = self.kv_pool_tokens(workload)
-        saturation = workload.batch_size * self._context(workload) / m if math.isfinite(m) else 1.0
-        top = max(16.0, 4.0 * saturation)
-        grid = [top ** (k / (SURROGATE_POINTS - 1)) for k in range(SURROGATE_POINTS)]
+        grid = self._surrogate_grid(workload)
         colocated, prefill, decode = [], [], []
         for e in grid:
-            cap = PoolCapacity(mode=Mode.COLOCATED, colocated=e)
-            flows = self._quick_flows(workload, cap)
             colocated.append(
-                self._prefill_bound_s(workload, e, flows, Mode.COLOCATED)
-                + self._decode_bound_s(workload, e, Mode.COLOCATED)
-                + workload.turns * p.switch_overhead_s
+                self._pool_bounds(workload, PoolCapacity(mode=Mode.COLOCATED, colocated=e))[Role.COLOCATED]
             )
-            cap = PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e)
-            flows = self._quick_flows(workload, cap)
-            prefill.append(self._prefill_bound_s(workload, e, flows, Mode.DISAGGREGATED))
-            decode.append(self._decode_bound_s(workload, e, Mode.DISAGGREGATED))
+            bounds = self._pool_bounds(workload, PoolCapacity(mode=Mode.DISAGGREGATED, prefill=e, decode=e))
+            prefill.append(bounds[Role.PREFILL])
+            decode.append(bounds[Role.DECODE])
         zero = PoolTerms(fixed_s=0.0, work_s=0.0)
         terms = MakespanTerms(
             prefill=_fit_pool(grid, prefill) if min(prefill) > 0 else zero,
@@ -668,6 +847,8 @@ class ImprovedMakespanModel:
         return self._predictions[memo]
 
     def _predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
+        pools = self._pools(workload, capacity)
+        capacity = pools.capacity
         states = self._states(workload, capacity, corrected=True)
         phases = self.phases(workload)
         s, b = workload.turns, workload.batch_size
@@ -689,7 +870,7 @@ class ImprovedMakespanModel:
             throughput = (
                 self._prefill_bound_s(workload, capacity.colocated, flows, Mode.COLOCATED)
                 - burst
-                + self._decode_bound_s(workload, capacity.colocated, Mode.COLOCATED)
+                + self._decode_bound_s(workload, capacity.colocated, Mode.COLOCATED, pools)
                 + s * self.params.pearl.switch_overhead_s
             )
             total = max(critical, throughput + env)
@@ -702,7 +883,7 @@ class ImprovedMakespanModel:
                 overhead_s=max(0.0, total - decode_time - own_prefill - env),
             )
         prefill_bound = self._prefill_bound_s(workload, capacity.prefill, flows, Mode.DISAGGREGATED)
-        decode_bound = self._decode_bound_s(workload, capacity.decode, Mode.DISAGGREGATED)
+        decode_bound = self._decode_bound_s(workload, capacity.decode, Mode.DISAGGREGATED, pools)
         total = max(critical, prefill_bound + env, decode_bound + env)
         return MakespanBreakdown(
             total_s=total,

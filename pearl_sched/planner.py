@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
-from pearl_sched.makespan import MakespanModel, PoolCapacity
+from pearl_sched.makespan import MakespanModel, PoolCapacity, SizeCount
 from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
     GateDecision,
@@ -726,13 +726,13 @@ def _assemble(
             logger.warning("pool %s repacked: its surviving workers restart on the new layout", pool)
         target.update({new.worker_id: new.role for new in regrouping.new_workers})
         actions = build_actions(state, target, slot_reasons, regrouping)
-    breakdown = model.predict(workload, _pool_capacity(solution))
+    breakdown = model.predict(workload, _pool_capacity(solution, problem))
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in pairs)
     gain_s = gain_pct = None
     status_quo = _status_quo(classified.base, solves.mode)
     if status_quo is not None:  # the same predictor on both sides, so the gain is the plan's own
-        before_s = model.predict(workload, _pool_capacity(status_quo)).total_s
+        before_s = model.predict(workload, _pool_capacity(status_quo, classified.base)).total_s
         gain_s = rho * (before_s - breakdown.total_s)
         gain_pct = (before_s - breakdown.total_s) / before_s * 100 if before_s > 0 else None
     return Plan(
@@ -765,10 +765,21 @@ def _assemble(
     )
 
 
-def _pool_capacity(solution: ClassSolution) -> PoolCapacity:
+def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
+    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
     cap = solution.capacity
+    counts: dict[tuple[Role, str, int], int] = {}
+    for c, n in zip(problem.classes, solution.counts, strict=True):
+        for i, role in enumerate(ROLES):
+            if n[i] > 0:
+                counts[(role, c.gpu_type, c.tp)] = counts.get((role, c.gpu_type, c.tp), 0) + n[i]
+    workers = tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for (r, g, tp), k in counts.items())
     return PoolCapacity(
-        mode=solution.mode, prefill=cap[Role.PREFILL], decode=cap[Role.DECODE], colocated=cap[Role.COLOCATED]
+        mode=solution.mode,
+        prefill=cap[Role.PREFILL],
+        decode=cap[Role.DECODE],
+        colocated=cap[Role.COLOCATED],
+        workers=workers,
     )
 
 

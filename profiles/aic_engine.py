@@ -394,14 +394,28 @@ class AicStepTimes:
         the GPU and parallelism (``derive_sglang_mem_fraction_static`` in aiconfigurator-core, mirroring SGLang's
         server args) or vLLM's default 0.9.
         """
-        from aiconfigurator_core.sdk.engine import _literal_backend_version
-        from aiconfigurator_core.sdk.memory import estimate_kv_cache
-
-        systems = str(_package_root() / "systems")
         if self.backend == "trtllm":
             raise AicCoverageError("kv_capacity_tokens models SGLang's and vLLM's pools, not TensorRT-LLM's")
         if mem_fraction_static is None:
             mem_fraction_static = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
+        return int(self._kv_estimate(mem_fraction_static)["total_kv_size_tokens"])
+
+    def kv_bytes_per_token(self) -> float:
+        """KV bytes one rank holds per token over its ``tp`` GPUs (aiconfigurator-core's per-GPU size × ``tp``).
+
+        This is what a PD transfer sends per prompt token: each GPU of the prefill rank sends its share over its own
+        link. For MLA models every GPU holds the whole latent, so this counts it ``tp`` times, as the GPUs hold it.
+        """
+        if self.backend == "trtllm":
+            raise AicCoverageError("kv_bytes_per_token models SGLang's and vLLM's pools, not TensorRT-LLM's")
+        fraction = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
+        return float(self._kv_estimate(fraction)["kv_size_per_token_bytes"]) * self.tp
+
+    def _kv_estimate(self, mem_fraction_static: float) -> dict[str, Any]:
+        from aiconfigurator_core.sdk.engine import _literal_backend_version
+        from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
+        systems = str(_package_root() / "systems")
         try:
             estimate = estimate_kv_cache(
                 self.model_id,
@@ -427,7 +441,7 @@ class AicStepTimes:
                 f"aiconfigurator-core {aic_version()} has no KV pool for {self.model_id} on {self.gpu} "
                 f"(tp={self.tp}, mem_fraction_static={mem_fraction_static}): {str(exc).splitlines()[0]}"
             ) from None
-        return int(estimate["total_kv_size_tokens"])
+        return dict(estimate)
 
     def gpu_memory_bytes(self) -> int:
         """One GPU's memory as the aiconfigurator system file gives it (``gpu.mem_capacity``)."""

@@ -156,3 +156,22 @@ def test_kv_pool_from_sglang_memory_fraction(qwen8b: AicStepTimes) -> None:
     tokens = qwen8b.kv_capacity_tokens()
     per_gpu_pool = 141 * 2**30 * 0.9 - 8.2e9 / 2
     assert 0.75 * per_gpu_pool / 73728 < tokens < per_gpu_pool / 73728
+
+
+def test_kv_bytes_per_token_is_the_ranks_kv_by_hand(qwen8b: AicStepTimes) -> None:
+    # Qwen3-8B (bf16 KV): 36 layers × K and V × 8 KV heads × 128 dims × 2 bytes, split over TP 2 and summed back
+    assert qwen8b.kv_bytes_per_token() == pytest.approx(36 * 2 * 8 * 128 * 2)
+    # DeepSeek-V3 (MLA): 61 layers × (512 latent + 64 rope) × 2 bytes on the one GPU of an attention-DP rank
+    mla = AicStepTimes(
+        "deepseek-ai/DeepSeek-V3",
+        "gb200",
+        tp=1,
+        attention_dp=4,
+        moe_tp=1,
+        moe_ep=4,
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        kvcache_quant_mode="bfloat16",
+        fmha_quant_mode="bfloat16",
+    )
+    assert mla.kv_bytes_per_token() == pytest.approx(61 * (512 + 64) * 2)

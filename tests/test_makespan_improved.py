@@ -8,13 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pearl_sched import Mode, PoolCapacity
+from pearl_sched.makespan import DeviceParams, SizeCount
 from pearl_sched.makespan_improved import (
     PEARL_LIMIT,
     ImprovedMakespanModel,
     ImprovedParams,
     ModeObservation,
     ServingParams,
+    SizePool,
 )
+from pearl_sched.state import Role
 
 from .builders import HAND, workload
 
@@ -333,3 +336,100 @@ def test_predictions_are_finite_and_positive_for_any_batch(
     assert 0 < total < float("inf")
     terms = model.terms(load)
     assert all(getattr(terms, r).time_s(float(workers)) >= 0 for r in ("prefill", "decode", "colocated"))
+
+
+# -- worker sizes: each declared size's own KV pool and decode iteration cost ------------------------------------------
+_TP1 = DeviceParams(
+    gpu_type="x", tp=1, prefill_s_per_token=2e-5, decode_iteration_s=0.008, decode_per_seq_s=2e-4, kv_capacity_bytes=3e8
+)
+
+
+def _sized(serving: ServingParams, *, reference_iteration_s: float | None = None) -> ImprovedMakespanModel:
+    """HAND's TP2 reference (t_p 10 µs, A 5 ms, b 100 µs) and a TP1 worker at half its speed, A 8 ms."""
+    reference = HAND.params.devices[0]
+    if reference_iteration_s is not None:
+        reference = reference.model_copy(update={"decode_iteration_s": reference_iteration_s})
+    params = HAND.params.model_copy(update={"devices": (reference, _TP1)})
+    return ImprovedMakespanModel(ImprovedParams(pearl=params, serving=serving))
+
+
+def _workers(*counts: tuple[Role, int, float]) -> tuple[SizeCount, ...]:
+    return tuple(SizeCount(role=role, gpu_type="x", tp=tp, count=n) for role, tp, n in counts)
+
+
+def test_a_declared_size_brings_its_own_kv_pool_and_iteration_cost_into_the_prediction() -> None:
+    """2 TP1 + 1 TP2 colocated. TP1's weight is 0.5 (half the speed in prefill and decode), so the capacity is
+    2·0.5 + 1 = 2 reference workers; the pool is (2·300,000 + 800,000)/2 = 700,000 tokens per reference worker
+    (not 800,000: TP1's own pool is 300,000, below half the reference's), and A = (1·8 + 1·5)/2 = 6.5 ms. The
+    prediction is that of 2 reference workers with that pool and that A, to the last digit."""
+    load = _agentic()
+    declared = ServingParams(kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),))
+    model = _sized(declared)
+    capacity = PoolCapacity(
+        mode=Mode.COLOCATED, colocated=2.0, workers=_workers((Role.COLOCATED, 1, 2), (Role.COLOCATED, 2, 1))
+    )
+    pools = model._pools(load, capacity)
+    assert pools.capacity.colocated == pytest.approx(2.0)
+    assert pools.kv_tokens[Role.COLOCATED] == pytest.approx(700_000.0)
+    assert pools.iteration_s[Role.COLOCATED] == pytest.approx(0.0065)
+    same = _sized(ServingParams(kv_pool_tokens=700_000.0), reference_iteration_s=0.0065)
+    plain = PoolCapacity(mode=Mode.COLOCATED, colocated=2.0)
+    assert model.predict(load, capacity).total_s == pytest.approx(same.predict(load, plain).total_s, rel=1e-12)
+    # The smaller pool is felt: the same workers counted as reference pools (TP1 undeclared) predict less.
+    undeclared = _sized(ServingParams(kv_pool_tokens=800_000.0))
+    assert undeclared.predict(load, capacity).total_s < model.predict(load, capacity).total_s
+
+
+def test_in_pd_each_role_has_the_pool_of_its_own_workers() -> None:
+    """4 TP1 prefill workers (2 reference workers of compute, 4·300,000 tokens) and 2 TP2 decode workers."""
+    load = _agentic()
+    declared = ServingParams(kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),))
+    model = _sized(declared)
+    capacity = PoolCapacity(
+        mode=Mode.DISAGGREGATED, prefill=2.0, decode=2.0, workers=_workers((Role.PREFILL, 1, 4), (Role.DECODE, 2, 2))
+    )
+    pools = model._pools(load, capacity)
+    assert pools.kv_tokens[Role.PREFILL] == pytest.approx(600_000.0)
+    assert pools.kv_tokens[Role.DECODE] == pytest.approx(800_000.0)
+    assert pools.iteration_s[Role.DECODE] == pytest.approx(0.005)
+    # The prefill pool's retention (no decode radix cache): M_P / (B/N_P · (c − r)), M_P·N_P = 1.2M tokens in all.
+    for phase, state in zip(model.phases(load), model._states(load, capacity, corrected=True), strict=True):
+        held = phase.context - 300.0
+        assert state.prefill_hit == pytest.approx(min(1.0, 1_200_000.0 / (phase.trajectories * held)))
+
+
+def test_without_declared_sizes_nothing_changes() -> None:
+    """No size_pools: the workers a plan passes are ignored, weights and terms are PEARL's and the old ones."""
+    load = _agentic()
+    model = _sized(ServingParams(kv_pool_tokens=800_000.0))
+    pearl = type(HAND)(model.params.pearl)
+    for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
+        assert model.capacity_weight(load, "x", 1, role) == pearl.capacity_weight(load, "x", 1, role)
+    with_workers = PoolCapacity(mode=Mode.COLOCATED, colocated=3.0, workers=_workers((Role.COLOCATED, 2, 3)))
+    bare = PoolCapacity(mode=Mode.COLOCATED, colocated=3.0)
+    assert model.predict(load, with_workers) == model.predict(load, bare)
+    # Declaring another size does not move the reference's terms, nor predictions made of reference workers only.
+    declared = _sized(
+        ServingParams(kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),))
+    )
+    assert declared.terms(load) == model.terms(load)
+    assert declared.predict(load, with_workers) == model.predict(load, bare)
+    assert declared.capacity_weight(load, "x", 2, Role.DECODE) == 1.0
+
+
+def test_the_milp_weight_of_a_declared_size_counts_its_memory() -> None:
+    """A TP1 worker exactly half a reference worker (half the speed, half the pool, the same A) is worth half of
+    one; with a smaller pool it is worth less where memory binds, which PEARL's per-token weight cannot see."""
+    load = _agentic()
+    half = _TP1.model_copy(update={"decode_iteration_s": HAND.params.devices[0].decode_iteration_s})
+    params = HAND.params.model_copy(update={"devices": (HAND.params.devices[0], half)})
+
+    def weight(pool_tokens: float, role: Role) -> float:
+        serving = ServingParams(
+            kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=pool_tokens),)
+        )
+        return ImprovedMakespanModel(ImprovedParams(pearl=params, serving=serving)).capacity_weight(load, "x", 1, role)
+
+    for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
+        assert weight(400_000.0, role) == pytest.approx(0.5, rel=0.02)
+        assert weight(200_000.0, role) < 0.5 * 0.95

@@ -10,9 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pearl_sched.sim.replay import (
+    PDRole,
     ReplayError,
     benchmark_lengths,
     replay_closed_loop,
+    replay_disagg_closed_loop,
     replay_open_loop,
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
@@ -231,3 +233,96 @@ def test_sglang_cuda_graph_sizes() -> None:
     b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
     assert b200[-1] == 256 and 24 in b200 and 12 not in b200
     assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB
+
+
+# -- disaggregated (PD) replay --------------------------------------------------------------------------------------
+
+
+class BatchRecordingSteps(FakeSteps):
+    """A named fake: :class:`FakeSteps` that also records every decode batch it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decode_batches: list[int] = []
+
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        self.decode_batches.append(batch)
+        return super().decode_s(batch, context_tokens)
+
+
+def _pd(
+    prefill_steps: FakeSteps,
+    decode_steps: FakeSteps,
+    *,
+    prefill_ranks: int = 1,
+    decode_ranks: int = 1,
+    prefill_workers: int = 1,
+    decode_workers: int = 1,
+    kv_bytes: float = 1000.0,
+    link: float = 1e9,
+    decode_pool: int = 1_000_000,
+    graphs: tuple[int, ...] = (),
+) -> tuple[PDRole, PDRole]:
+    prefill = PDRole(
+        prefill_steps, prefill_workers, prefill_ranks, 1_000_000, kv_bytes_per_token=kv_bytes, link_bytes_per_s=link
+    )
+    return prefill, PDRole(decode_steps, decode_workers, decode_ranks, decode_pool, cuda_graph_bs=graphs)
+
+
+def test_disagg_one_client_by_hand_uses_both_roles() -> None:
+    p, d = FakeSteps(), FakeSteps()
+    prefill, decode = _pd(p, d, kv_bytes=1000.0, link=1e8)
+    res = replay_disagg_closed_loop(prefill, decode, isl=1000, osl=11, concurrency=1, rounds=3)
+    transfer = 1000 * 1000.0 / 1e8
+    assert res.ttft_s == pytest.approx(0.010 + 0.1 + transfer)  # prefill, then the whole prompt's KV over the link
+    assert res.tpot_s == pytest.approx(0.005 + 1e-5)
+    assert res.e2e_s == pytest.approx(0.110 + transfer + 10 * 0.00501)
+    assert p.calls == {"prefill": 3, "decode": 0, "mixed": 0}  # the prefill engine only prefills
+    assert d.calls == {"prefill": 0, "decode": 30, "mixed": 0}  # the decode engine only decodes
+    assert (res.prefill_steps, res.decode_steps) == (3, 30)
+
+
+def test_disagg_transfers_every_prompts_whole_kv() -> None:
+    rng = np.random.RandomState(0)
+    isls = benchmark_lengths(2000, 4 * 16, 0.8, rng)
+    prefill, decode = _pd(FakeSteps(), FakeSteps(), kv_bytes=70_272.0, prefill_workers=2, prefill_ranks=2)
+    res = replay_disagg_closed_loop(prefill, decode, isl=2000, osl=50, concurrency=16, rounds=4, range_ratio=0.8)
+    assert res.transferred_bytes == pytest.approx(sum(isls) * 70_272.0)  # context × KV bytes/token, each request
+    assert sum(res.prefill_rank_requests) == res.requests == 64
+
+
+def test_disagg_attention_dp_ranks_split_the_batch() -> None:
+    one = BatchRecordingSteps()
+    replay_disagg_closed_loop(*_pd(FakeSteps(), one), isl=100, osl=200, concurrency=32, rounds=2)
+    assert max(one.decode_batches) == 32  # one rank holds every request
+    ranked = BatchRecordingSteps()
+    res = replay_disagg_closed_loop(
+        *_pd(FakeSteps(), ranked, decode_ranks=8, prefill_ranks=4), isl=100, osl=200, concurrency=32, rounds=2
+    )
+    assert len(res.decode_rank_requests) == 8 and all(n > 0 for n in res.decode_rank_requests)
+    assert len(res.prefill_rank_requests) == 4 and all(n > 0 for n in res.prefill_rank_requests)
+    assert sum(res.decode_rank_requests) == 64
+    # a lock-step engine steps at its busiest rank's batch: more than the mean of 4, far less than 32
+    assert max(ranked.decode_batches) == res.max_decode_rank_batch
+    assert 4 < res.max_decode_rank_batch < 32
+
+
+def test_disagg_decode_pads_to_the_cuda_graph_batch() -> None:
+    steps = BatchRecordingSteps()
+    replay_disagg_closed_loop(*_pd(FakeSteps(), steps, graphs=(1, 2, 4, 8)), isl=100, osl=20, concurrency=3, rounds=1)
+    assert set(steps.decode_batches) <= {1, 2, 4}  # 3 running run as 4
+
+
+def test_disagg_small_decode_pool_retracts_and_finishes_everything() -> None:
+    prefill, decode = _pd(FakeSteps(), FakeSteps(), decode_pool=4_000)
+    res = replay_disagg_closed_loop(prefill, decode, isl=500, osl=1500, concurrency=6, rounds=2)
+    assert res.retractions > 0  # the decode rank ran out of KV and offloaded some requests
+    assert res.requests == 12 and all(not math.isnan(e2e) for _, _, e2e in res.per_request)
+    assert res.max_used_tokens <= 4_000  # never above the pool, preallocations included
+
+
+def test_disagg_refuses_impossible_sizes() -> None:
+    with pytest.raises(ReplayError, match="does not fit"):
+        replay_disagg_closed_loop(*_pd(FakeSteps(), FakeSteps(), decode_pool=1_000), isl=900, osl=10, concurrency=1)
+    with pytest.raises(ReplayError, match="workers"):
+        replay_disagg_closed_loop(*_pd(FakeSteps(), FakeSteps(), decode_workers=0), isl=10, osl=10, concurrency=1)

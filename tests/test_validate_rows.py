@@ -11,6 +11,9 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
 
+from pearl_sched.profiles.aic_engine import AicStepTimes
+from pearl_sched.sim.replay import DisaggReplayResult, PDRole
+
 
 def _validate() -> ModuleType:
     path = Path(__file__).resolve().parents[1] / "bench" / "validate.py"
@@ -95,3 +98,123 @@ def test_data_parallel_ranks_get_requests_in_arrival_order() -> None:
     arrivals = [(0.3, 10, 5), (0.1, 20, 5), (0.2, 30, 5), (0.0, 40, 5), (0.4, 50, 5)]
     assert validate.deal_to_ranks(arrivals, 2) == [[3, 2, 4], [1, 0]]
     assert validate.deal_to_ranks(arrivals, 1) == [[3, 1, 2, 0, 4]]
+
+
+def _disagg(row_id: str, source: str, ttft: str, tpot: str, **fields: str) -> dict[str, str]:
+    row = {
+        "id": row_id,
+        "silicon_data_source": source,
+        "model_path": "deepseek-ai/DeepSeek-V3",
+        "system": "gb200",
+        "precision": "fp8",
+        "mode": "disagg",
+        "isl": "1024",
+        "osl": "1024",
+        "batch_size": "",
+        "prefill_num_workers": "",
+        "decode_num_workers": "",
+        "decode_batch_size": "",
+        "prefill_tp_size": "1",
+        "prefill_attention_dp_size": "8",
+        "prefill_moe_tp_size": "1",
+        "prefill_moe_ep_size": "8",
+        "decode_tp_size": "1",
+        "decode_attention_dp_size": "32",
+        "decode_moe_tp_size": "1",
+        "decode_moe_ep_size": "32",
+        "silicon_ttft_ms": ttft,
+        "silicon_tpot_ms": tpot,
+    }
+    return {**row, **fields}
+
+
+def test_disagg_concurrency_is_read_or_derived_from_the_decode_batch() -> None:
+    recorded = _disagg("a", "db-dump; silicon_concurrency=2048", "1.0", "2.0", decode_batch_size="64")
+    assert validate.recorded_concurrency(recorded) == 2048
+    derived = _disagg("b", "gap-analysis", "1.0", "2.0", decode_batch_size="48", decode_num_workers="11",
+                      prefill_num_workers="5", decode_attention_dp_size="1")  # fmt: skip
+    assert validate.recorded_concurrency(derived) == 48 * 11
+    assert validate.recorded_concurrency(_disagg("c", "export", "1.0", "2.0")) is None
+
+
+def test_disagg_twin_gives_a_row_without_worker_counts_its_deployment() -> None:
+    dump = _disagg("dsr1_cfg523", "db-dump; silicon_concurrency=2048", "1598.31", "20.895",
+                   prefill_num_workers="2", decode_num_workers="1", decode_batch_size="64")  # fmt: skip
+    export = _disagg("2026_03_25_dsr1", "source_file=2026-03-25.csv; silicon_concurrency=2048", "1598.3100004",
+                     "20.8950001", model_path="deepseek-ai/DeepSeek-R1", prefill_tp_size="8")  # fmt: skip
+    other = _disagg("2026_03_25_other", "source_file=2026-03-25.csv; silicon_concurrency=2048", "1700.0", "20.895")
+    twins = validate.deployment_twins([dump, export, other])
+    assert twins == {"2026_03_25_dsr1": dump}  # same measurement (R1 is V3's architecture); a different one has none
+
+
+def test_total_lines_cover_both_modes_and_kvbound() -> None:
+    row = validate.Row
+    rows = [
+        row("silicon-sglang", "agg", "a", 1.0, 0.010, 2.0, 1.0, 0.011, 2.2),  # +10 %
+        row("silicon-sglang-kvbound", "agg", "b", 1.0, 0.010, 2.0, 1.0, 0.010, 2.0),  # 0 %
+        row("silicon-sglang", "disagg", "c", 1.0, 0.010, 2.0, 1.0, 0.015, 3.0),  # +50 %
+        row("silicon-sglang-calibrated", "agg", "d", 1.0, 0.010, 2.0, 9.0, 0.090, 9.0),  # not the plain datasets
+    ]
+    lines = validate.total_lines(rows)
+    assert "mode=agg+disagg target=tpot rows=3 mape_pct=20.0" in lines[1]
+    assert "target=e2e rows=3 mape_pct=20.0" in lines[2]
+
+
+def test_disagg_row_replays_each_role_at_its_recorded_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = _disagg(
+        "dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483",
+        "db-dump/2026-04-27; config_id=483; silicon_concurrency=512; workflow_run_id=268",
+        "767.06",
+        "14.68",
+        precision="fp4",
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        prefill_num_workers="4",
+        prefill_attention_dp_size="4",
+        prefill_moe_ep_size="4",
+        decode_num_workers="1",
+        decode_batch_size="16",
+    )
+    calls: list[tuple[PDRole, PDRole, dict[str, object]]] = []
+
+    def fake_replay(prefill: PDRole, decode: PDRole, **kwargs: object) -> DisaggReplayResult:
+        calls.append((prefill, decode, kwargs))  # a named fake: records the roles instead of replaying
+        return DisaggReplayResult(1.0, 0.01, 11.0, 1, 0, 1, 1, 1, 1)
+
+    monkeypatch.setattr(validate, "replay_disagg_closed_loop", fake_replay)
+    out, skipped = validate.disagg_rows([row], {})
+    assert not skipped and len(out) == 1 and len(calls) == 1
+    prefill, decode, kwargs = calls[0]
+    assert isinstance(prefill.steps, AicStepTimes) and isinstance(decode.steps, AicStepTimes)
+    assert (prefill.workers, prefill.ranks, prefill.steps.tp, prefill.steps.moe_ep) == (4, 4, 1, 4)
+    assert (decode.workers, decode.ranks, decode.steps.tp, decode.steps.moe_ep) == (1, 32, 1, 32)
+    assert prefill.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 2)  # the MLA latent of one GPU's rank
+    assert prefill.link_bytes_per_s == pytest.approx(900e9)  # GB200 NVLink per GPU, one GPU per rank
+    assert kwargs == {"isl": 1024, "osl": 1024, "concurrency": 512, "rounds": 10, "range_ratio": 0.8}
+    assert out[0].row.mode == "disagg" and out[0].row.dataset == "silicon-sglang"
+
+
+def test_disagg_calibration_never_sees_the_row_or_its_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = AicStepTimes("qwen3-8b", "h200_sxm", tp=2)
+    roles = (PDRole(engine, 1, 1, 100_000), PDRole(engine, 1, 1, 100_000))
+    samples: dict[str, int] = {}
+
+    def fake_replay(prefill: PDRole, decode: PDRole, **kwargs: object) -> DisaggReplayResult:
+        assert isinstance(prefill.steps, AicStepTimes) and prefill.steps.calibration is not None
+        samples[str(kwargs["concurrency"])] = prefill.steps.calibration.samples  # a named fake: records, no replay
+        return DisaggReplayResult(1.0, 0.01, 11.0, 1, 0, 1, 1, 1, 1)
+
+    monkeypatch.setattr(validate, "replay_disagg_closed_loop", fake_replay)
+
+    def item(row_id: str, concurrency: int, tpot_s: float) -> object:
+        row = validate.Row("silicon-sglang", "disagg", row_id, 1.0, tpot_s, 10.0, 1.0, tpot_s * 1.2, 12.0)
+        return validate.DisaggReplayed(row, engine, 1024, 1024, concurrency, False, roles)
+
+    items = [item("a", 4, 0.010), item("a-twin", 4, 0.010), item("b", 8, 0.012), item("c", 16, 0.014)]
+    assert validate.calibrated_disagg_rows(items) == []  # a and its twin have only 2 other measurements
+    items.append(item("d", 32, 0.020))
+    out = validate.calibrated_disagg_rows(items)
+    assert len(out) == 5 and {r.dataset for r in out} == {"silicon-sglang-calibrated"}
+    assert samples["4"] == 3  # b, c, d: neither a nor its twin
+    assert samples["8"] == 4  # a, a-twin, c, d
+    assert engine.calibration is None  # put back after each replay

@@ -504,12 +504,15 @@ class SimCluster:
             decode_workers=counts.get("decode", 0),
             colocated_workers=counts.get("colocated", 0),
         )
+        workers = float(sum(counts.values()))
+        if self.worker_sizes is not None:  # the pools' sum in reference pools: each size keeps its own (size_pools)
+            workers = self.batch_kv_tokens / self.setting.kv_pool_tokens
         self.serving_params = refit_serving(
             self.serving_params or self.setting.serving_params(),
             self.batch_mode,
             observation,
             after,
-            workers=sum(counts.values()),
+            workers=workers,
             alpha=TELEMETRY_ALPHA,
         )
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from pearl_sched.sim.memory import (
     INIT_NEW_TOKEN_RATIO,
     MIN_NEW_TOKEN_RATIO_FACTOR,
     NEW_TOKEN_RATIO_DECAY_STEPS,
+    NUM_RESERVED_DECODE_TOKENS,
     RETRACT_DECODE_STEPS,
     default_chunked_prefill_size,
     default_cuda_graph_max_bs,
@@ -483,12 +485,342 @@ def _drive(
     )
 
 
+# -- disaggregated (PD) serving benchmarks --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PDRole:
+    """One role of a disaggregated deployment: ``workers`` engines of ``ranks`` attention-DP ranks each.
+
+    Attributes:
+        steps: One rank's step times (aiconfigurator-core's batch is per rank with attention-DP).
+        workers: Engines of this role (``--disaggregation-mode prefill`` or ``decode`` servers).
+        ranks: Attention-DP ranks per engine (``--dp-size`` with ``--enable-dp-attention``; 1: plain TP).
+        pool_tokens: One rank's KV pool in tokens.
+        chunked_prefill_size: ``--chunked-prefill-size`` (prefill role).
+        max_prefill_tokens: ``--max-prefill-tokens`` (prefill role).
+        cuda_graph_bs: Captured decode batch sizes (decode role; empty: no padding).
+        kv_bytes_per_token: KV bytes one rank holds per token, over all its GPUs (what crosses the link).
+        link_bytes_per_s: One rank's P→D bandwidth (its GPUs' links together), prefill role.
+    """
+
+    steps: StepTimes
+    workers: int
+    ranks: int
+    pool_tokens: int
+    chunked_prefill_size: int = 8192
+    max_prefill_tokens: int = 16384
+    cuda_graph_bs: tuple[int, ...] = ()
+    kv_bytes_per_token: float = 0.0
+    link_bytes_per_s: float = math.inf
+
+
+@dataclass
+class DisaggReplayResult(ReplayResult):
+    """A PD replay's means, plus what crossed the link and how the requests spread over the ranks."""
+
+    transferred_bytes: float = 0.0
+    """KV bytes sent prefill → decode: every request's whole prompt × ``kv_bytes_per_token``."""
+    prefill_rank_requests: list[int] = field(default_factory=list)
+    """Requests prefilled by each prefill rank (worker-major)."""
+    decode_rank_requests: list[int] = field(default_factory=list)
+    """Requests decoded by each decode rank (worker-major)."""
+    max_decode_rank_batch: int = 0
+    """The largest batch one decode rank ran (the step time of a lock-step engine is set by it)."""
+
+
+@dataclass(eq=False)
+class _PDRequest:
+    rid: int
+    arrival_s: float
+    isl: int
+    osl: int
+    room: int  # SGLang's bootstrap_room: picks the attention-DP rank on both sides
+    prefill_rank: int = 0
+    decode_rank: int = 0
+    req: _Request | None = None
+
+
+@dataclass
+class _DecodeRank:
+    sched: SGLangDefaultScheduler
+    reserved_tokens: int = 0  # KV preallocated for requests not yet arrived
+    reserved: int = 0  # how many
+    prealloc: deque[_PDRequest] = field(default_factory=deque)  # waiting for a preallocation
+    arrived: deque[_PDRequest] = field(default_factory=deque)  # KV transferred, joins at the next step
+    resume: deque[_Request] = field(default_factory=deque)  # retracted (offloaded), resumed first
+
+
+def replay_disagg_closed_loop(
+    prefill: PDRole,
+    decode: PDRole,
+    *,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    rounds: int = 5,
+    range_ratio: float = 1.0,
+    seed: int = 0,
+) -> DisaggReplayResult:
+    """Replay ``concurrency`` closed-loop clients on a disaggregated deployment (SGLang PD).
+
+    Each request, as SGLang's PD mode and its router handle it:
+
+    * the router picks a prefill and a decode engine (round robin over each role's engines) and a random
+      ``bootstrap_room``; on both sides the engine's DP controller sends it to rank ``room % ranks``
+      (``follow_bootstrap_room``, the PD default);
+    * the decode rank preallocates the prompt's KV before the prefill runs (``DecodePreallocQueue``): FCFS, when
+      its pool has room for the prompt plus ``--num-reserved-decode-tokens`` for it and every running or
+      preallocated request; until then the request waits;
+    * the prefill rank prefills it (FCFS, chunked as in :class:`SGLangDefaultScheduler`; no answer reservation:
+      ``PrefillBootstrapQueue._process_req`` sets ``max_new_tokens = 1`` for the ``PrefillAdder`` estimate) and
+      holds its KV until the transfer ends; the prompt's whole KV (``isl × kv_bytes_per_token``) crosses the
+      rank's link, FCFS;
+    * the request joins the decode rank's batch at its next step with its first token (the one the prefill
+      sampled; TTFT ends there) and decodes the rest; a decode rank short of KV retracts its least advanced
+      requests, which are offloaded and resumed first, without a new prefill.
+
+    An engine's ranks run in lock-step (the MoE layers' all-to-all): one step of a prefill engine lasts as long
+    as its slowest rank's prefill batch; a decode step runs every rank at the largest rank batch, padded to the
+    next captured CUDA-graph size (SGLang's ``cuda_graph_runner`` picks the graph for
+    ``max(forward_batch.global_num_tokens_cpu)`` over the DP ranks), at the ranks' mean context.
+    Lengths and the first arrivals as in :func:`replay_closed_loop`.
+
+    Raises:
+        ReplayError: sizes that are not positive, or one request larger than a rank's pool.
+    """
+    if isl <= 0 or osl <= 0 or concurrency <= 0 or rounds <= 0:
+        raise ReplayError(f"isl, osl, concurrency and rounds must be positive, got {isl}, {osl}, {concurrency}")
+    for role in (prefill, decode):
+        if role.workers < 1 or role.ranks < 1 or role.pool_tokens <= 0:
+            raise ReplayError("each PD role needs workers >= 1, ranks >= 1 and a positive KV pool")
+    total = rounds * concurrency
+    rng = np.random.RandomState(seed)
+    isls = benchmark_lengths(isl, total, range_ratio, rng)
+    osls = benchmark_lengths(osl, total, range_ratio, rng)
+    rooms = rng.randint(0, 2**31 - 1, size=total)
+    if max(isls) + NUM_RESERVED_DECODE_TOKENS > decode.pool_tokens or max(isls) > prefill.pool_tokens:
+        raise ReplayError(f"one prompt of {max(isls)} tokens does not fit a rank's KV pool")
+    if max(i + o for i, o in zip(isls, osls, strict=True)) > decode.pool_tokens:
+        raise ReplayError(f"one request does not fit a decode rank's KV pool of {decode.pool_tokens} tokens")
+
+    p_ranks = [
+        SGLangDefaultScheduler(
+            prefill.steps,
+            prefill.pool_tokens,
+            chunked_prefill_size=prefill.chunked_prefill_size,
+            max_prefill_tokens=prefill.max_prefill_tokens,
+            reserve_new_tokens=False,
+            new_token_ratio=0.0,
+        )
+        for _ in range(prefill.workers * prefill.ranks)
+    ]
+    d_ranks = [
+        _DecodeRank(
+            SGLangDefaultScheduler(decode.steps, decode.pool_tokens, cuda_graph_bs=tuple(sorted(decode.cuda_graph_bs)))
+        )
+        for _ in range(decode.workers * decode.ranks)
+    ]
+    link_free = [0.0] * len(p_ranks)
+    p_busy = [False] * prefill.workers
+    d_busy = [False] * decode.workers
+    pd_of: dict[int, _PDRequest] = {}
+    events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, payload)
+    seq = itertools.count()
+    prefill_end, decode_end, transfer_end = 0, 1, 2
+    per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
+    counts_p = [0] * len(p_ranks)
+    counts_d = [0] * len(d_ranks)
+    sent = done = timed = prefill_steps = decode_steps = max_used = max_batch = retractions = 0
+    ttft_sum = tpot_sum = e2e_sum = transferred = 0.0
+    next_p = next_d = 0
+    running_p: dict[int, list[list[tuple[_Request, int, int]]]] = {}
+
+    def send(now: float) -> None:
+        nonlocal sent, next_p, next_d
+        k = sent
+        sent += 1
+        job = _PDRequest(k, now, isls[k], osls[k], int(rooms[k]))
+        pw, next_p = next_p, (next_p + 1) % prefill.workers
+        dw, next_d = next_d, (next_d + 1) % decode.workers
+        job.prefill_rank = pw * prefill.ranks + job.room % prefill.ranks
+        job.decode_rank = dw * decode.ranks + job.room % decode.ranks
+        d_ranks[job.decode_rank].prealloc.append(job)
+        preallocate(job.decode_rank, now)
+
+    def room_left(rank: _DecodeRank) -> int:
+        s = rank.sched
+        held = NUM_RESERVED_DECODE_TOKENS * (len(s.running) + rank.reserved)
+        return s.pool_tokens - s.used_tokens - rank.reserved_tokens - held
+
+    def preallocate(r: int, now: float) -> None:
+        rank = d_ranks[r]
+        while rank.prealloc and not rank.resume:
+            job = rank.prealloc[0]
+            if job.isl + NUM_RESERVED_DECODE_TOKENS > room_left(rank):
+                break
+            rank.prealloc.popleft()
+            rank.reserved_tokens += job.isl
+            rank.reserved += 1
+            req = _Request(job.rid, job.arrival_s, job.isl, job.osl)
+            job.req = req
+            pd_of[id(req)] = job
+            p_ranks[job.prefill_rank].waiting.append(req)
+            start_prefill(job.prefill_rank // prefill.ranks, now)
+
+    def start_prefill(worker: int, now: float) -> None:
+        nonlocal prefill_steps
+        if p_busy[worker]:
+            return
+        batches = [p_ranks[worker * prefill.ranks + k].build_prefill() for k in range(prefill.ranks)]
+        if not any(batches):
+            return
+        duration = max(
+            prefill.steps.prefill_s(sum(t for _, t, _ in b), len(b), sum(c for _, _, c in b) / len(b))
+            for b in batches
+            if b
+        )
+        p_busy[worker] = True
+        prefill_steps += 1
+        running_p[worker] = batches
+        heapq.heappush(events, (now + duration, next(seq), prefill_end, worker))
+
+    def end_prefill(worker: int, now: float) -> None:
+        nonlocal transferred
+        p_busy[worker] = False
+        for k, batch in enumerate(running_p.pop(worker)):
+            r = worker * prefill.ranks + k
+            sched = p_ranks[r]
+            for req, take, _ in batch:
+                req.prefilled += take
+                if req.prefilled < req.target:
+                    sched.chunked = req
+                    continue
+                size = req.target * prefill.kv_bytes_per_token
+                transferred += size
+                link_free[r] = max(now, link_free[r]) + size / prefill.link_bytes_per_s
+                counts_p[r] += 1
+                heapq.heappush(events, (link_free[r], next(seq), transfer_end, id(req)))
+        start_prefill(worker, now)
+
+    def end_transfer(key: int, now: float) -> None:
+        job = pd_of[key]
+        req = job.req
+        assert req is not None
+        p_ranks[job.prefill_rank].used_tokens -= req.kv  # the prefill side frees the KV once it is sent
+        start_prefill(job.prefill_rank // prefill.ranks, now)
+        d_ranks[job.decode_rank].arrived.append(job)
+        start_decode(job.decode_rank // decode.ranks, now)
+
+    def start_decode(worker: int, now: float) -> None:
+        nonlocal decode_steps, max_used, max_batch, retractions
+        if d_busy[worker]:
+            return
+        ranks = d_ranks[worker * decode.ranks : (worker + 1) * decode.ranks]
+        for offset, rank in enumerate(ranks):
+            s = rank.sched
+            while rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank):
+                back = rank.resume.popleft()
+                s.used_tokens += back.kv
+                back.generated -= 1  # join counts the prefill's token; a resumed request has it already
+                s.join(back)
+            while rank.arrived:
+                job = rank.arrived.popleft()
+                new = job.req
+                assert new is not None
+                rank.reserved_tokens -= new.kv
+                rank.reserved -= 1
+                s.used_tokens += new.kv
+                new.first_token_s = now
+                s.join(new)
+                counts_d[worker * decode.ranks + offset] += 1
+            if s.running and s.pool_tokens - s.used_tokens - rank.reserved_tokens < len(s.running):
+                before = len(s.waiting)
+                s.pool_tokens -= rank.reserved_tokens
+                retractions += s.retract()
+                s.pool_tokens += rank.reserved_tokens
+                while len(s.waiting) > before:  # offloaded, not re-prefilled: resumed with their KV
+                    victim = s.waiting.popleft()
+                    victim.kv = victim.target
+                    rank.resume.append(victim)
+        busiest = max(len(rank.sched.running) for rank in ranks)
+        if not busiest:
+            return
+        n = sum(len(rank.sched.running) for rank in ranks)
+        context = sum(rank.sched.mean_context() * len(rank.sched.running) for rank in ranks if rank.sched.running) / n
+        duration = decode.steps.decode_s(ranks[0].sched.graph_batch(busiest), context)
+        max_batch = max(max_batch, busiest)
+        max_used = max(max_used, *(rank.sched.used_tokens + rank.reserved_tokens for rank in ranks))
+        d_busy[worker] = True
+        decode_steps += 1
+        heapq.heappush(events, (now + duration, next(seq), decode_end, worker))
+
+    def end_decode(worker: int, now: float) -> None:
+        nonlocal done, timed, ttft_sum, tpot_sum, e2e_sum
+        d_busy[worker] = False
+        finished: list[_Request] = []
+        for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
+            s = d_ranks[r].sched
+            if s.running:
+                s.decode_step()
+                finished += s.finished()
+        for req in finished:
+            ttft = req.first_token_s - req.arrival_s
+            e2e = now - req.arrival_s
+            tpot = (e2e - ttft) / (req.osl - 1) if req.osl > 1 else math.nan
+            ttft_sum += ttft
+            e2e_sum += e2e
+            if req.osl > 1:
+                tpot_sum += tpot
+                timed += 1
+            per_request[req.rid] = (ttft, tpot, e2e)
+            del pd_of[id(req)]
+            done += 1
+        for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
+            preallocate(r, now)
+        for _ in finished:
+            if sent < total:
+                send(now)
+        start_decode(worker, now)
+
+    for _ in range(min(concurrency, total)):
+        send(0.0)
+    handlers = {prefill_end: end_prefill, decode_end: end_decode}
+    while done < total:
+        if not events:
+            raise ReplayError("nothing runs and nothing can be admitted: a KV pool is too small")
+        now, _, kind, payload = heapq.heappop(events)
+        if kind == transfer_end:
+            end_transfer(payload, now)
+        else:
+            handlers[kind](payload, now)
+    return DisaggReplayResult(
+        ttft_s=ttft_sum / total,
+        tpot_s=tpot_sum / timed if timed else 0.0,
+        e2e_s=e2e_sum / total,
+        requests=total,
+        retractions=retractions,
+        prefill_steps=prefill_steps,
+        decode_steps=decode_steps,
+        max_used_tokens=max_used,
+        pool_tokens=decode.pool_tokens,
+        per_request=per_request,
+        transferred_bytes=transferred,
+        prefill_rank_requests=counts_p,
+        decode_rank_requests=counts_d,
+        max_decode_rank_batch=max_batch,
+    )
+
+
 __all__ = [
+    "DisaggReplayResult",
+    "PDRole",
     "ReplayError",
     "ReplayResult",
     "SGLangDefaultScheduler",
     "benchmark_lengths",
     "replay_closed_loop",
+    "replay_disagg_closed_loop",
     "replay_open_loop",
     "sglang_chunked_prefill_size",
     "sglang_cuda_graph_batch_sizes",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pearl_sched.makespan import DeviceParams, MakespanModel, PearlParams
-from pearl_sched.makespan_improved import ServingParams
+from pearl_sched.makespan_improved import ServingParams, SizePool
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles.kernels import shipped_config
 from pearl_sched.profiles.model_config import ModelConfig
@@ -331,10 +331,17 @@ class Setting:
 
         The KV pool is SGLang's (:attr:`kv_pool_tokens`, what ``sglang:max_total_num_tokens`` reports), the router,
         decode radix cache and mixed-chunk flags the scenario's, φ the step times' (:attr:`mixed_step_factor`);
+        with ``worker_sizes`` every other TP degree's own pool (:meth:`kv_pool_tokens_for`, ``size_pools``);
         ``measured`` overrides fields with what the cluster's telemetry reported (``profiles.telemetry.refit_serving``).
         """
+        size_pools = {
+            z.tp: SizePool(gpu_type=self.gpu_type, tp=z.tp, kv_pool_tokens=float(self.kv_pool_tokens_for(z) * z.dp))
+            for z in self.sizes[1:]
+            if z.tp != self.scenario.tp
+        }
         fields: dict[str, object] = dict(
             kv_pool_tokens=float(self.kv_pool_tokens),
+            size_pools=tuple(size_pools.values()),
             router=self.router,
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
