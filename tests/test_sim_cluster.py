@@ -71,6 +71,8 @@ def test_a_run_small_enough_to_work_out_by_hand() -> None:
     assert result.throughput_tok_s == pytest.approx(4 * 120 / 4.2)
     assert result.carried_over == 0  # the next rollout would start at 3.2 s, after the end
     assert result.steps[0].ratio_at_start == "2C"  # 4 dedicated GPUs at TP2
+    # The one 100-token prompt is computed each step; a one-turn trajectory has no prefix to find cached.
+    assert [(s.prefill_tokens, s.cache_hit_tokens) for s in result.steps] == [(100, 0)] * 4
 
 
 def test_borrowed_gpus_join_after_activation_and_delay_training_by_the_deactivation() -> None:
@@ -118,6 +120,9 @@ def _check_invariants(
         batch = setting.batch(step.step)
         # Nothing lost: every trajectory finished, every token generated exactly once.
         assert step.generated_tokens == sum(t.generated_tokens for t in batch)
+        # Every appended prompt token is computed or served from a radix cache (contexts and recomputes add more).
+        assert step.cache_hit_tokens >= 0
+        assert step.prefill_tokens + step.cache_hit_tokens >= sum(u.appended_tokens for t in batch for u in t.turns)
         assert step.rollout_end_s > step.rollout_start_s >= 0
         # Borrowed GPUs are back before training resumes, at most the deactivation time late.
         assert step.train_start_s >= max(step.rollout_end_s, previous_train_end) - 1e-9

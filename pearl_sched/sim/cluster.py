@@ -195,7 +195,8 @@ class StepRecord:
     ratio_at_start: str
     borrowed_workers: int
     preempted_workers: int
-    reprefilled_tokens: int  # prefixes prefilled again after their worker left mid-turn
+    prefill_tokens: int  # prompt tokens the workers computed: appended tokens, cache misses, retractions, preemptions
+    cache_hit_tokens: int  # prompt tokens the radix caches served instead
 
     @property
     def throughput_tok_s(self) -> float:
@@ -1064,7 +1065,7 @@ class _Segment:
         """Hand borrowed GPUs back, train the step and schedule the next step boundary."""
         result, back_s, borrowed = self.cluster.finish_batch()
         end = self.cluster.now
-        train_start, train_end, tokens, appended = self._training_step(event.step, back_s)
+        train_start, train_end, tokens = self._training_step(event.step, back_s)
         self.steps.append(
             StepRecord(
                 step=event.step,
@@ -1078,7 +1079,8 @@ class _Segment:
                 ratio_at_start=self.ratio_at_start,
                 borrowed_workers=borrowed,
                 preempted_workers=self.cluster.preempted - self.preempted_before,
-                reprefilled_tokens=result.prefill_tokens - appended,
+                prefill_tokens=result.prefill_tokens,
+                cache_hit_tokens=round(result.cache_hit_tokens),
             )
         )
         self.ratios.append((end, "idle"))
@@ -1088,16 +1090,15 @@ class _Segment:
             self.progress(min(next_start, self.duration_s))
         return [_StepBoundary(next_start, event.step + 1)] if next_start < self.duration_s else []
 
-    def _training_step(self, step: int, back_s: float) -> tuple[float, float, int, int]:
+    def _training_step(self, step: int, back_s: float) -> tuple[float, float, int]:
         """Training ``step`` starts once its GPUs are back and training ``step`` − 1 is done.
 
-        Returns its start and end, the tokens it trains on and the appended (prompt and observation) tokens.
+        Returns its start and end and the tokens it trains on (appended and generated).
         """
         batch = self.setting.batch(step)
-        appended = sum(u.appended_tokens for tr in batch for u in tr.turns)
-        tokens = appended + sum(tr.generated_tokens for tr in batch)
+        tokens = sum(u.appended_tokens for tr in batch for u in tr.turns) + sum(tr.generated_tokens for tr in batch)
         start = max(back_s, self.train_end_s)
-        return start, start + self.setting.training_s(tokens), tokens, appended
+        return start, start + self.setting.training_s(tokens), tokens
 
 
 def run_segment(
