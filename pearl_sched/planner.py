@@ -172,8 +172,13 @@ class _SolveContext:
             for mode in problem.modes:
                 if mode is not incumbent.mode:
                     candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
+        # Every split at every usable worker (a window as wide as the pool), without the search's fallbacks to
+        # fewer workers and brute force: those answer infeasible variants slowly, and the descent tries fewer.
+        sweep = sum(c.size for c in problem.classes)
         for variant in (problem, *_size_variants(problem)):
-            candidates.append(enumerate_configurations(variant, rescore=lambda c: ranker.score(problem, c)))
+            candidates.append(
+                enumerate_configurations(variant, window=sweep, rescore=lambda c: ranker.score(problem, c))
+            )
         scored = [ranker.score(problem, c) for c in candidates if c is not None]
         best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         return ranker.descend(problem, best)
@@ -254,17 +259,23 @@ class _PredictRanker:
     """
 
     def __init__(self, model: MakespanModel, workload: Workload) -> None:
-        """A ranker for ``workload`` under ``model``; predictions are memoised by capacity."""
+        """A ranker for ``workload`` under ``model``; predictions are memoised by configuration.
+
+        One ranker serves the solves of one pass of plan() over one state, whose problems share their classes'
+        order, GPU types, sizes and weights (they differ in eligibility and costs), so a configuration's
+        (mode, counts) names its capacities.
+        """
         self._model = model
         self._workload = workload
-        self._makespans: dict[PoolCapacity, float] = {}
+        self._makespans: dict[tuple[Mode, Counts], float] = {}
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
-        capacity = _pool_capacity(solution, problem)
-        makespan_s = self._makespans.get(capacity)
+        key = (solution.mode, solution.counts)
+        makespan_s = self._makespans.get(key)
         if makespan_s is None:
-            makespan_s = self._makespans[capacity] = self._model.predict(self._workload, capacity).total_s
+            capacity = _pool_capacity(solution, problem)
+            makespan_s = self._makespans[key] = self._model.predict(self._workload, capacity).total_s
         objective_s = problem.unfinished_fraction * makespan_s + solution.transition_cost_s
         return replace(solution, makespan_s=makespan_s, objective_s=objective_s)
 
