@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pearl_sched import InfeasiblePlanError, Mode, PearlMakespanModel, Role, plan
 from pearl_sched.config import PolicyConfig
 from pearl_sched.makespan import MakespanBreakdown, MakespanTerms, PoolCapacity
+from pearl_sched.request import PlanRequest
 from pearl_sched.state import Workload
+from pearl_sched.transition import apply_actions
 from tests.builders import MODEL, Slot, state, workload
 
 RANKED = PolicyConfig(rank_by_predict=True)
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 class FakeColocatedPenalty:
@@ -103,3 +108,17 @@ def test_kv_constraint_dropped_only_for_a_memory_aware_model() -> None:
         plan(big, FakeColocatedPenalty(MODEL, 1.0, memory_aware=False), policy=RANKED)
     planned = plan(big, FakeColocatedPenalty(MODEL, 1.0, memory_aware=True), policy=RANKED)
     assert planned.gpus_used == 2
+
+
+@pytest.mark.parametrize("name", ["initial.json", "running.json", "mixed-sizes.json"])
+def test_examples_settle_and_match_for_pearls_model(name: str) -> None:
+    """On the examples (PEARL's model: predict is its terms) the option plans what the default plans, and its
+    plan's result re-plans to no actions."""
+    request = PlanRequest.model_validate_json((EXAMPLES / name).read_text())
+    model = PearlMakespanModel(request.model)
+    default = plan(request.state, model, costs=request.costs)
+    ranked = plan(request.state, model, costs=request.costs, policy=RANKED)
+    assert ranked.roles() == default.roles()
+    assert ranked.objective_s == pytest.approx(default.objective_s, rel=1e-9)
+    again = plan(apply_actions(request.state, ranked.actions), model, costs=request.costs, policy=RANKED)
+    assert again.actions == ()
