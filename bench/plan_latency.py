@@ -23,13 +23,16 @@ digits of the plan's fingerprint without the solver's bookkeeping (``Plan.finger
 solves and cut rounds, which a faster planner changes by design): everything decided — roles, actions, the
 exact objective, the decision and its reasons, the solver status — is in it.
 
+``--rank-by-predict`` runs every case with ``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking
+by predict"); its lines end in ``ranking=predict``.
+
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
 ``git archive``, this bench run there against REF's code for the same cases), so before and after come from one
 run under one load: each case's line for the working tree (``code=worktree``) is followed by REF's
 (``code=<REF>``), and a last line counts the cases whose plans are the same (``plan_latency_compare``).
 
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
-    [--worker-sizes one,mixed] [--compare REF]
+    [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict]
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pearl_sched import GPU, Budget, ClusterState, PearlMakespanModel, Role, Status, Worker, Zone, plan
-from pearl_sched.config import TransitionCosts
+from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.reference import PARAMS, reference_workload
@@ -135,12 +138,13 @@ def measure(
     repeats: int,
     model: MakespanModel = MODEL,
     costs: TransitionCosts | None = None,
+    policy: PolicyConfig | None = None,
 ) -> tuple[list[float], list[float], object]:
     """Wall and CPU milliseconds of each plan() call, and the last plan."""
     times, cpu, result = [], [], None
     for _ in range(repeats):
         start, start_cpu = time.perf_counter(), time.process_time()
-        result = plan(state, model, backend=backend, time_limit_s=30.0, costs=costs)
+        result = plan(state, model, backend=backend, time_limit_s=30.0, costs=costs, policy=policy)
         times.append((time.perf_counter() - start) * 1000)
         cpu.append((time.process_time() - start_cpu) * 1000)
         if sum(times) > SLOW_BACKEND_BUDGET_S * 1000:
@@ -203,6 +207,11 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(["auto", *available_backends(), "enumeration"]))
     parser.add_argument("--worker-sizes", default="one,mixed", help="one (sizes=1), mixed (three per role), or both")
     parser.add_argument("--compare", metavar="REF", help="also measure the code at this git revision")
+    parser.add_argument(
+        "--rank-by-predict",
+        action="store_true",
+        help="plan() with PolicyConfig(rank_by_predict=True) (lines end in ranking=predict; not with --compare)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="plan-latency-") as scratch:
         try:
@@ -217,6 +226,8 @@ def main() -> None:
 def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
     """Measure every case; with ``tree`` (the ``--compare`` revision), its line follows each of ours."""
     cases = args.worker_sizes.split(",")
+    policy = PolicyConfig(rank_by_predict=True) if args.rank_by_predict else None
+    suffix = " ranking=predict" if args.rank_by_predict else ""
     same = compared = 0
     for gpus in (int(s) for s in args.sizes.split(",")):
         reference = reference_lines(tree, gpus, args) if tree is not None else {}
@@ -227,14 +238,14 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
             runs.append((2, MIXED_LABEL, mixed_cluster(gpus), MIXED_MODEL, MIXED.costs))
         for types, label, state, model, costs in runs:
             for backend in args.backends.split(","):
-                times, cpu, result = measure(state, backend, args.repeats, model, costs)
+                times, cpu, result = measure(state, backend, args.repeats, model, costs, policy)
                 p50 = statistics.median(times)
                 p95 = sorted(times)[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
                 line = (
                     f"plan_latency gpus={gpus} types={types} sizes={label} backend={backend} p50_ms={p50:.1f}"
                     f" p95_ms={p95:.1f} cpu_p50_ms={statistics.median(cpu):.1f}"
                     f" objective={result.objective_s:.4f} plan={result.ratio}"  # type: ignore[attr-defined]
-                    f" fp={plan_fingerprint(result)}"  # type: ignore[arg-type]
+                    f" fp={plan_fingerprint(result)}{suffix}"  # type: ignore[arg-type]
                 )
                 if tree is None:
                     print(line, flush=True)

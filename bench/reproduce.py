@@ -25,6 +25,9 @@ chooses among sizes too and the choice is simulated against the best of the size
         best=<…> gap_pct=<x> configs=<n>                                                     (on one line)
     ratio_select_sizes model=<name> equal_best=<k>/<n> mean_gap_pct=<x>
 
+With ``--rank-by-predict`` both ratio selections add ``model=improved-ranked``: the improved predictor with
+``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking by predict"); the targets stay on ``improved``.
+
 Mode crossover (PEARL Fig. 2c): Qwen3-30B-A3B on 8 TP2 workers, batch 32 … 96 prompts × group 16, the best
 disaggregated configuration against colocated, on the e2e workload and on the short-output chat one:
 
@@ -51,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import FREE
 from pearl_sched import Mode
+from pearl_sched.config import PolicyConfig
 from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
@@ -198,8 +202,17 @@ def _sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
     return gpus, measured
 
 
+def _choosers(rank_by_predict: bool) -> list[tuple[str, str, PolicyConfig | None]]:
+    """(line label, predictor, policy) of each plan() asked: improved and pearl, and with ``--rank-by-predict``
+    the improved predictor with ``PolicyConfig(rank_by_predict=True)`` (label ``improved-ranked``)."""
+    choosers: list[tuple[str, str, PolicyConfig | None]] = [("improved", "improved", None), ("pearl", "pearl", None)]
+    if rank_by_predict:
+        choosers.append(("improved-ranked", "improved", PolicyConfig(rank_by_predict=True)))
+    return choosers
+
+
 def ratio_selection(
-    data: Path, processes: int, ray_address: str | None = None, ray: bool = False
+    data: Path, processes: int, ray_address: str | None = None, ray: bool = False, rank_by_predict: bool = False
 ) -> list[tuple[str, float, bool]]:
     scenario = load_scenario("e2e")
     setting = setting_for(scenario, data)
@@ -222,8 +235,8 @@ def ratio_selection(
         cluster = SimCluster(setting, costs=FREE, dedicated_gpus=gpus, preemptible_gpus=0)
         cluster.trainer_idle_at = math.inf  # no training GPUs to lend: the pool is the interval's
         state = cluster.observe()
-        for name in ("improved", "pearl"):
-            chosen = plan_resident(state, setting.predictor(name), costs=FREE)[0].ratio
+        for name, predictor, policy in _choosers(rank_by_predict):
+            chosen = plan_resident(state, setting.predictor(predictor), costs=FREE, policy=policy)[0].ratio
             gap = 100 * (measured[chosen] - measured[best]) / measured[best]
             outcomes.append((name, gap, chosen == best))
             print(
@@ -247,16 +260,20 @@ def _sized_sweep(args: tuple[str, int, str]) -> tuple[int, dict[str, float]]:
     return gpus, {sized_label(c, scenario.size): simulate_sized(setting, c) for c in configs}
 
 
-def _chosen_config(setting: Setting, sizes: WorkerSizes, gpus: int, model: str) -> SizedConfig:
+def _chosen_config(
+    setting: Setting, sizes: WorkerSizes, gpus: int, model: str, policy: PolicyConfig | None = None
+) -> SizedConfig:
     """What plan() chooses on ``gpus`` dedicated GPUs that may be regrouped into ``sizes`` (no transition costs)."""
     cluster = SimCluster(setting, costs=FREE, dedicated_gpus=gpus, preemptible_gpus=0, worker_sizes=sizes)
     cluster.trainer_idle_at = math.inf  # no training GPUs to lend: the pool is the interval's
-    chosen = plan_resident(cluster.observe(), setting.predictor(model), costs=FREE)[0]
+    chosen = plan_resident(cluster.observe(), setting.predictor(model), costs=FREE, policy=policy)[0]
     cluster.apply(chosen)
     return serving_configuration(cluster)
 
 
-def ratio_selection_sized(data: Path, intervals: list[int], processes: int) -> list[tuple[str, float, bool]]:
+def ratio_selection_sized(
+    data: Path, intervals: list[int], processes: int, rank_by_predict: bool = False
+) -> list[tuple[str, float, bool]]:
     """The ``ratio_select … sizes=`` lines: plan()'s sized choice against the simulated best of the sized space."""
     base = load_scenario("e2e")
     scenario = Scenario.model_validate({**base.model_dump(), "worker_sizes": SIZES})
@@ -271,8 +288,8 @@ def ratio_selection_sized(data: Path, intervals: list[int], processes: int) -> l
     for gpus in intervals:
         measured = sweeps[gpus]
         enumerated = len(measured)
-        for name in ("improved", "pearl"):
-            config = _chosen_config(setting, sizes, gpus, name)
+        for name, predictor, policy in _choosers(rank_by_predict):
+            config = _chosen_config(setting, sizes, gpus, predictor, policy)
             chosen = sized_label(config, scenario.size)
             if chosen not in measured:  # outside the enumeration (fewer GPUs, mixed sizes in a role): simulate it
                 measured[chosen] = simulate_sized(setting, config)
@@ -284,7 +301,7 @@ def ratio_selection_sized(data: Path, intervals: list[int], processes: int) -> l
                 f" gap_pct={gap:.2f} configs={enumerated}",
                 flush=True,
             )
-    for name in ("improved", "pearl"):
+    for name, _, _ in _choosers(rank_by_predict):
         mine = [(gap, equal) for model, gap, equal in outcomes if model == name]
         print(
             f"ratio_select_sizes model={name} equal_best={sum(e for _, e in mine)}/{len(mine)}"
@@ -378,6 +395,11 @@ def main() -> None:
     )
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument(
+        "--rank-by-predict",
+        action="store_true",
+        help="ratio selection: also plan() with PolicyConfig(rank_by_predict=True) (model=improved-ranked lines)",
+    )
+    parser.add_argument(
         "--sizes-intervals", default="8,16", help="Dedicated GPUs of each interval of the sized ratio selection"
     )
     parser.add_argument("--out", type=Path, help="Write each scenario's report.json and plots here")
@@ -401,10 +423,14 @@ def main() -> None:
         if "scenarios" in parts
         else []
     )
-    selection = ratio_selection(args.data, args.processes, args.ray_address, use_ray) if "ratio" in parts else []
+    selection = (
+        ratio_selection(args.data, args.processes, args.ray_address, use_ray, args.rank_by_predict)
+        if "ratio" in parts
+        else []
+    )
     if "ratio-sizes" in parts:
         intervals = [int(x) for x in args.sizes_intervals.split(",")]
-        ratio_selection_sized(args.data, intervals, args.processes)
+        ratio_selection_sized(args.data, intervals, args.processes, args.rank_by_predict)
     if "crossover" in parts:
         crossover(args.data)
     spreads = noise(args.data, args.processes, reports) if "noise" in parts else []

@@ -33,6 +33,7 @@ import argparse
 import time
 from pathlib import Path
 
+from pearl_sched.config import PolicyConfig
 from pearl_sched.shared_data import default_data
 from pearl_sched.sim.cluster import SegmentResult
 from pearl_sched.sim.experiment import run_policy_segment
@@ -43,10 +44,15 @@ SIZES = {"prefill": [1, 2], "decode": [2, 4], "colocated": [2, 4]}
 HINDSIGHT = "oracle-hindsight"
 
 
-def sizes(data: Path, segment: int) -> None:
-    """The hindsight search over sizes, pearl_sched with and without sizes, and PEARL-faithful, on one e2e segment."""
+def sizes(data: Path, segment: int, rank_by_predict: bool = False) -> None:
+    """The hindsight search over sizes, pearl_sched with and without sizes, and PEARL-faithful, on one e2e segment.
+
+    With ``rank_by_predict``, pearl_sched's plan() ranks by the improved predictor's own predict
+    (``PolicyConfig.rank_by_predict``, docs/formulation.md) and PEARL-faithful, which it does not change, is left out.
+    """
     base = load_scenario("e2e")
     sized = Scenario.model_validate({**base.model_dump(), "worker_sizes": SIZES})
+    config = PolicyConfig(rank_by_predict=True) if rank_by_predict else None
     runs: dict[tuple[str, str], SegmentResult] = {}
     for scenario, label, policy in (
         (sized, "declared", HINDSIGHT),
@@ -54,15 +60,18 @@ def sizes(data: Path, segment: int) -> None:
         (sized, "declared", "pearl"),
         (base, "none", "pearl_sched"),
     ):
+        if rank_by_predict and policy == "pearl":
+            continue
         start = time.perf_counter()
-        run = run_policy_segment(scenario, policy, segment, data)
+        run = run_policy_segment(scenario, policy, segment, data, config=config if policy == "pearl_sched" else None)
         runs[label, policy] = run
         regrouped = {slot for _, slot, _ in run.timeline if slot.startswith("w-")}
         first = next((ratio for _, ratio in run.ratios if ratio != "idle"), "")
         print(
             f"sim_sizes scenario=e2e sizes={label} segment={run.segment} policy={policy}"
             f" throughput_tok_s={run.throughput_tok_s:.0f} regrouped_slots={len(regrouped)}"
-            f" transitions={run.transitions} first={first} wall_s={time.perf_counter() - start:.0f}",
+            f" transitions={run.transitions} first={first} wall_s={time.perf_counter() - start:.0f}"
+            + (" ranking=predict" if rank_by_predict and policy == "pearl_sched" else ""),
             flush=True,
         )
     oracle = runs["declared", HINDSIGHT]
@@ -118,10 +127,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--only", default="sizes,adp")
     parser.add_argument("--segment", type=int, default=2, help="e2e segment for the sizes part (1-3)")
+    parser.add_argument(
+        "--rank-by-predict", action="store_true", help="sizes part: pearl_sched with PolicyConfig(rank_by_predict=True)"
+    )
     args = parser.parse_args()
     parts = set(args.only.split(","))
     if "sizes" in parts:
-        sizes(args.data, args.segment - 1)
+        sizes(args.data, args.segment - 1, args.rank_by_predict)
     if "adp" in parts:
         attention_dp(args.data)
 

@@ -115,3 +115,12 @@ class PolicyConfig(Frozen):
             "docs/policies.md) or the batch in flight only (PEARL's rule)"
         ),
     )
+    rank_by_predict: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        description=(
+            "Opt-in: rank the MILP's candidates (each mode's optimum, PEARL's ratio sweep per worker size, their "
+            "neighbours) by the model's own predict instead of its fitted surrogate, and drop PEARL's hard KV "
+            "constraint for a memory-aware model (docs/formulation.md, 'Ranking by predict')"
+        ),
+    )

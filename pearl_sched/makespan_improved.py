@@ -289,6 +289,16 @@ class ImprovedMakespanModel:
         """The name and the parameters, as JSON (part of the plan's input digest)."""
         return {"name": self.name, "params": self.params.model_dump(mode="json")}
 
+    @property
+    def memory_aware(self) -> bool:
+        """Whether a configuration whose KV does not fit is predicted slow (queueing, retraction, misses).
+
+        True unless the serving parameters lift the KV limit (``kv_limited=False``, PEARL's infinite memory).
+        ``plan()``'s opt-in ``PolicyConfig.rank_by_predict`` drops PEARL's hard KV constraint for such a model
+        (docs/formulation.md, "Ranking by predict").
+        """
+        return self.params.serving.kv_limited
+
     def capacity_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role) -> float:
         """Reference workers one worker of (gpu_type, tp) is worth in ``role``, as the MILP's surrogate sees it.
 

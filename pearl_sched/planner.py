@@ -24,6 +24,7 @@ the settled target, so re-planning a plan's result asks for nothing (docs/reliab
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +49,7 @@ from pearl_sched.policies import (
     idle_window_allows_borrow,
     must_return,
 )
-from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, GpuPool, SlotClass, evaluate
+from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
 from pearl_sched.state import (
     GPU,
@@ -145,9 +146,57 @@ class _SolveContext:
     rounding_error: float = 0.0
     statuses: tuple[str, ...] = ()
     earlier: list[ClassSolution] = field(default_factory=list)  # with worker sizes: start candidates
+    ranker: _PredictRanker | None = None  # PolicyConfig.rank_by_predict: candidates ranked by the model's predict
 
     def solve(self, problem: ClassProblem) -> _Solved | None:
-        """The best configuration of ``problem``, or None when nothing is feasible."""
+        """The best configuration of ``problem``, or None when nothing is feasible.
+
+        By the surrogate (the MILP's objective), or with ``ranker`` by the model's own ``predict`` over the
+        candidates :meth:`_ranked` gathers; a ranked answer has no proven bound.
+        """
+        solved = self._solve_surrogate(problem)
+        if solved is None or self.ranker is None:
+            return solved
+        return _Solved(self._ranked(problem, solved.solution, self.ranker), None)
+
+    def _ranked(self, problem: ClassProblem, incumbent: ClassSolution, ranker: _PredictRanker) -> ClassSolution:
+        """The best by ``predict`` of the surrogate's candidates, then of their neighbours (docs/formulation.md).
+
+        Candidates: the surrogate's optimum, each other mode's surrogate optimum (one more MILP), the status quo
+        and earlier answers, and PEARL's ratio sweep ranked by ``predict`` — over every class, and with worker
+        sizes once per combination of one size per role. A steepest descent over one-worker moves follows.
+        """
+        candidates = [incumbent, _status_quo(problem, self.mode)]
+        candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
+        if self.backend != _ENUMERATION:
+            for mode in problem.modes:
+                if mode is not incumbent.mode:
+                    candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
+        # Every split at every usable worker (a window as wide as the pool), without the search's fallbacks to
+        # fewer workers and brute force: those answer infeasible variants slowly, and the descent tries fewer.
+        sweep = sum(c.size for c in problem.classes)
+        for variant in (problem, *_size_variants(problem)):
+            candidates.append(
+                enumerate_configurations(variant, window=sweep, rescore=lambda c: ranker.score(problem, c))
+            )
+        scored = [ranker.score(problem, c) for c in candidates if c is not None]
+        best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
+        return ranker.descend(problem, best)
+
+    def _mode_optimum(self, problem: ClassProblem) -> ClassSolution | None:
+        """The surrogate's optimum of ``problem`` (restricted to one mode), or None when it has none."""
+        hint = enumerate_configurations(problem, window=_START_WINDOW)
+        try:
+            outcome = solve_class_problem(problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=hint)
+        except SolverError as exc:
+            logger.warning("%s; ranking without that mode's optimum", exc)
+            return hint
+        self.wall_s += outcome.wall_time_s
+        self.rounds += outcome.rounds
+        return outcome.solution if outcome.solution is not None else hint
+
+    def _solve_surrogate(self, problem: ClassProblem) -> _Solved | None:
+        """The best configuration of ``problem`` by the surrogate, or None when nothing is feasible."""
         self.count += 1
         if self.backend == _ENUMERATION:
             self.statuses += ("enumerated",)
@@ -194,7 +243,106 @@ class _SolveContext:
 
     def feasible(self, problem: ClassProblem) -> bool:
         """Whether some configuration of ``problem`` is feasible."""
-        return self.solve(problem) is not None
+        return self._solve_surrogate(problem) is not None
+
+
+_DESCENT_STEPS = 32
+"""One-worker moves the descent of :class:`_PredictRanker` makes at most per solve (each the best of its step)."""
+
+
+class _PredictRanker:
+    """``PolicyConfig.rank_by_predict``: configurations scored with the model's own ``predict``.
+
+    The score of a configuration is the exact objective of :func:`~pearl_sched.problem.evaluate` (constraints,
+    transition costs) with the makespan ``predict`` gives on its workers in place of the surrogate's
+    ``fixed + work/E`` (docs/formulation.md, "Ranking by predict").
+    """
+
+    def __init__(self, model: MakespanModel, workload: Workload) -> None:
+        """A ranker for ``workload`` under ``model``; predictions are memoised by configuration.
+
+        One ranker serves the solves of one pass of plan() over one state, whose problems share their classes'
+        order, GPU types, sizes and weights (they differ in eligibility and costs), so a configuration's
+        (mode, counts) names its capacities.
+        """
+        self._model = model
+        self._workload = workload
+        self._makespans: dict[tuple[Mode, Counts], float] = {}
+
+    def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
+        """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
+        key = (solution.mode, solution.counts)
+        makespan_s = self._makespans.get(key)
+        if makespan_s is None:
+            capacity = _pool_capacity(solution, problem)
+            makespan_s = self._makespans[key] = self._model.predict(self._workload, capacity).total_s
+        objective_s = problem.unfinished_fraction * makespan_s + solution.transition_cost_s
+        return replace(solution, makespan_s=makespan_s, objective_s=objective_s)
+
+    def descend(self, problem: ClassProblem, start: ClassSolution) -> ClassSolution:
+        """Steepest descent from ``start`` (scored) over one-worker moves, at most :data:`_DESCENT_STEPS` steps."""
+        current = start
+        for _ in range(_DESCENT_STEPS):
+            step = current
+            for counts in _neighbours(problem, current):
+                candidate = evaluate(problem, current.mode, counts)
+                if candidate is None:
+                    continue
+                candidate = self.score(problem, candidate)
+                if candidate.objective_s < step.objective_s - 1e-12:
+                    step = candidate
+            if step is current:
+                break
+            current = step
+        return current
+
+
+def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Counts]:
+    """The configurations one worker away in ``solution``'s mode: one more, one fewer, or one re-roled."""
+    active = [i for i, role in enumerate(ROLES) if role in MODE_ROLES[solution.mode]]
+    counts = solution.counts
+    for k, cls in enumerate(problem.classes):
+        if cls.fixed:
+            continue
+        n = counts[k]
+        roles = [i for i in active if ROLES[i] in cls.eligible]
+        moves: list[dict[int, int]] = []  # role index → change of count
+        for i in roles:
+            if sum(n) < cls.size:
+                moves.append({i: +1})
+            if n[i] > 0:
+                moves.append({i: -1})
+                moves += [{i: -1, j: +1} for j in roles if j != i]
+        for move in moves:
+            moved = tuple(n[r] + move.get(r, 0) for r in range(3))
+            yield (*counts[:k], (moved[0], moved[1], moved[2]), *counts[k + 1 :])
+
+
+def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
+    """With worker sizes, per mode and combination of one size per serving role, the problem restricted to it.
+
+    PEARL's ratio sweep fills roles by its minimal-change order across sizes; run on each variant it sweeps the
+    ratio at that combination of sizes. Classes outside every pool (overlap GPUs) keep their roles.
+    """
+    if not problem.pools:
+        return []
+    variants = []
+    for mode in problem.modes:
+        roles = MODE_ROLES[mode]
+        options = [sorted({c.tp for c in problem.classes if c.pool is not None and r in c.eligible}) for r in roles]
+        for sizes in itertools.product(*options):
+            chosen = dict(zip(roles, sizes, strict=True))
+            classes = [
+                c if c.pool is None else replace(c, eligible=frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
+                for c in problem.classes
+            ]
+            variants.append(replace(problem.with_classes(classes), modes=(mode,)))
+    return variants
+
+
+def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:
+    """The ranker of ``PolicyConfig.rank_by_predict``, or None (the default: the surrogate ranks)."""
+    return _PredictRanker(model, workload) if policy.rank_by_predict else None
 
 
 def plan(
@@ -254,7 +402,7 @@ def plan(
     def once(at: ClusterState) -> Plan:
         return _plan_once(at, model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
 
-    return _settle(state, model, once(state), once, classify, label, digest, pstate)
+    return _settle(state, model, once(state), once, classify, label, digest, pstate, policy)
 
 
 def _plan_once(
@@ -270,7 +418,7 @@ def _plan_once(
     digest: str,
 ) -> Plan:
     """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1)."""
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode)
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=_ranker(model, state.workload, policy))
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:
@@ -315,6 +463,7 @@ def _settle(
     label: str,
     digest: str,
     pstate: PolicyState,
+    policy: PolicyConfig,
 ) -> Plan:
     """The plan whose result re-plans to no actions: the configuration the control loop settles in.
 
@@ -331,7 +480,7 @@ def _settle(
         after = once(apply_actions(state, current.actions))
         if not after.actions:
             return current
-        composed = _compose(state, model, current, after, classify(state), label, digest, pstate)
+        composed = _compose(state, model, current, after, classify(state), label, digest, pstate, policy)
         if composed is None:
             break
         current = composed
@@ -348,6 +497,7 @@ def _compose(
     label: str,
     digest: str,
     pstate: PolicyState,
+    policy: PolicyConfig,
 ) -> Plan | None:
     """A plan from ``state`` straight to ``then``'s target (``then`` planned the state ``first`` leads to).
 
@@ -363,6 +513,9 @@ def _compose(
     solution = evaluate(problem, then.mode, counts)  # type: ignore[arg-type]
     if solution is None:  # cannot happen: a slot eligible after the transition was eligible before it
         return None
+    ranker = _ranker(model, state.workload, policy)
+    if ranker is not None:
+        solution = ranker.score(problem, solution)
     kind = first.decision.kind
     if kind not in (DecisionKind.INITIAL, DecisionKind.FORCED) and then.decision.kind is not DecisionKind.KEPT:
         kind = then.decision.kind
@@ -527,7 +680,8 @@ def _gate(
             inputs.prepared_s,
         )
         wider = _amortised(wider, share)
-    if best is not None and not _gate_can_pass(gate, best.solution, wider, inputs):
+    # The shortcut bounds the surrogate's makespan, not predict's: a ranked solve always asks.
+    if best is not None and solves.ranker is None and not _gate_can_pass(gate, best.solution, wider, inputs):
         reasons.append(f"no {gate.flag}: even unlimited use of the extra GPUs could not pay off")
         return problem, best
     wider_best = solves.solve(wider)
@@ -816,12 +970,23 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
         terms=model.terms(workload),
         unfinished_fraction=workload.unfinished_fraction,
         max_gpus=state.budget.max_gpus,
-        kv_required_bytes=workload.unfinished * workload.kv_bytes_per_trajectory,
+        kv_required_bytes=0.0
+        if _memory_ranked(model, policy)
+        else workload.unfinished * workload.kv_bytes_per_trajectory,
         min_prefill_tokens_per_s=workload.min_prefill_tokens_per_s,
         admission_pause_s=costs.finalisation_s,
         pools=pools,
     )
     return _Classified(tuple(slots), classes, category, base, layouts, gpu_pool)
+
+
+def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
+    """Whether PEARL's hard KV constraint is dropped: ranking by ``predict`` with a memory-aware model.
+
+    Such a model predicts a configuration whose KV does not fit as slow (queueing, retraction, misses), not
+    impossible; a model without a ``memory_aware`` attribute (PEARL's) keeps the constraint.
+    """
+    return policy.rank_by_predict and getattr(model, "memory_aware", False) is True
 
 
 def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:

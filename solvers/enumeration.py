@@ -13,6 +13,7 @@ feasible budget only on larger instances.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, PoolLedger, brute_force, evaluate
 from pearl_sched.state import Mode, Role, Zone
@@ -105,21 +106,27 @@ def assign(
     return tuple((p, d, c) for p, d, c in counts)
 
 
-def enumerate_configurations(problem: ClassProblem, window: int | None = None) -> ClassSolution | None:
+def enumerate_configurations(
+    problem: ClassProblem,
+    window: int | None = None,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+) -> ClassSolution | None:
     """The best candidate of PEARL's enumeration, scored with the exact objective.
 
     ``window=None`` tries every split N_P = 1..N−1 (PEARL's search). With a window, only the splits within
     ``window`` of the balance point (where the prefill pool stops being the slower one) are tried: O(window)
-    instead of O(N), which is what the MILP's start solution needs.
+    instead of O(N), which is what the MILP's start solution needs. ``rescore``, when given, maps each feasible
+    candidate to the solution it is ranked (and returned) as: the planner's option of ranking by the predictor's
+    own ``predict`` (docs/formulation.md, "Ranking by predict").
     """
     usable = usable_workers(problem)
-    best = _best_of(problem, usable, window)
+    best = _best_of(problem, usable, window, rescore)
     # Using every worker can break the budget (wide TP groups) or leave no split whose pools meet KV and prefill
     # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first.
     for n in range(usable - 1, 0, -1):
         if best is not None or window is not None:
             break
-        best = _best_of(problem, n, None)
+        best = _best_of(problem, n, None, rescore)
     if best is None and window is None and _search_size(problem) <= _BRUTE_FORCE_LIMIT:
         best = brute_force(problem)  # PEARL's slot order can miss a fit (the one wide-TP slot with enough KV)
     return best
@@ -139,7 +146,12 @@ def _search_size(problem: ClassProblem) -> int:
     return size
 
 
-def _best_of(problem: ClassProblem, n: int, window: int | None) -> ClassSolution | None:
+def _best_of(
+    problem: ClassProblem,
+    n: int,
+    window: int | None,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+) -> ClassSolution | None:
     """The best candidate using ``n`` workers."""
     best: ClassSolution | None = None
     candidates: list[tuple[Mode, dict[Role, int]]] = []
@@ -157,6 +169,8 @@ def _best_of(problem: ClassProblem, n: int, window: int | None) -> ClassSolution
         if counts is None:
             continue
         solution = evaluate(problem, mode, counts)
+        if solution is not None and rescore is not None:
+            solution = rescore(solution)
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best

@@ -222,9 +222,15 @@ def setting_for(scenario: Scenario, data: Path) -> Setting:
 
 
 def run_policy_segment(
-    scenario: Scenario, policy: str, segment_index: int, data: Path, *, tick_s: float = 60.0
+    scenario: Scenario,
+    policy: str,
+    segment_index: int,
+    data: Path,
+    *,
+    tick_s: float = 60.0,
+    config: PolicyConfig | None = None,
 ) -> SegmentResult:
-    """One policy over one segment."""
+    """One policy over one segment (``config``: the policy settings, default :class:`PolicyConfig`'s)."""
     if policy not in POLICIES:
         raise ScenarioError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     spec = POLICIES[policy]
@@ -235,7 +241,7 @@ def run_policy_segment(
     if fixed is not None:
         trace = AvailabilityTrace(np.zeros(1), np.array([float(fixed)]), trace.end_s)
     costs = costs_for(scenario)
-    config = PolicyConfig()
+    config = config or PolicyConfig()
     decider = spec.build(setting, costs, config)
     if spec.fitted_hazard and isinstance(decider, PlannerDecider):
         decider.policy_state = PolicyState(preemption_hazard_per_s=fitted_hazard_per_s(scenario, data))
