@@ -178,7 +178,9 @@ def test_kv_bytes_per_token_is_the_ranks_kv_by_hand(qwen8b: AicStepTimes) -> Non
     assert mla.kv_bytes_per_token() == pytest.approx(61 * (512 + 64) * 2)
 
 
-def _aiconfigurator_decode_tpot_ms(gpu: str, layout: dict[str, int], batch: int, isl: int, osl: int, **quant: str) -> float:
+def _aiconfigurator_decode_tpot_ms(
+    gpu: str, layout: dict[str, int], batch: int, isl: int, osl: int, **quant: str
+) -> float:
     """aiconfigurator's own decode-worker estimate: its SGLang backend's ``run_static(mode="static_gen")``.
 
     What aiconfigurator's ``DisaggInferenceSession`` runs for the decode side of a disaggregated deployment, on the
@@ -220,7 +222,12 @@ def _aiconfigurator_decode_tpot_ms(gpu: str, layout: dict[str, int], batch: int,
         # GB200 NVL72 decode at attention-DP 32 / EP 32 (4 GPUs per node): EP across nodes, the large-EP graph
         ("gb200", {"tp": 1, "attention_dp": 32, "moe_tp": 1, "moe_ep": 32}, {"gemm": "fp8", "moe": "fp8_block"}, True),
         # B200 decode at attention-DP 8 / EP 8 (8 GPUs per node): within a node, the fused graph
-        ("b200_sxm", {"tp": 1, "attention_dp": 8, "moe_tp": 1, "moe_ep": 8}, {"gemm": "fp8", "moe": "fp8_block"}, False),
+        (
+            "b200_sxm",
+            {"tp": 1, "attention_dp": 8, "moe_tp": 1, "moe_ep": 8},
+            {"gemm": "fp8", "moe": "fp8_block"},
+            False,
+        ),
     ],
 )
 def test_attention_dp_decode_matches_aiconfigurators_own_decode_estimate(
@@ -241,7 +248,9 @@ def test_attention_dp_decode_matches_aiconfigurators_own_decode_estimate(
     for batch, isl, osl in [(16, 1024, 256), (128, 1024, 256)]:
         # the per-rank batch of an attention-DP engine, at each context the request passes through
         ours_ms = 1e3 * sum(steps.decode_s(batch, isl + k) for k in range(1, osl)) / (osl - 1)
-        assert ours_ms == pytest.approx(_aiconfigurator_decode_tpot_ms(gpu, layout, batch, isl, osl, **reference), rel=0.01)
+        assert ours_ms == pytest.approx(
+            _aiconfigurator_decode_tpot_ms(gpu, layout, batch, isl, osl, **reference), rel=0.01
+        )
 
 
 @pytest.mark.parametrize(
