@@ -172,12 +172,18 @@ def large_ep_comm(
     where = f"{model_id} on {gpu} ({backend}, moe_ep={ep}, {per_node} GPUs per node)"
     if (moe_tp or 1) != 1:
         raise AicCoverageError(f"aiconfigurator-core prices EP across nodes only as pure EP (moe_tp=1): {where}")
-    info = _get_model_info(model_id)
-    config = build_model_config(tp, 1, attention_dp, 1, ep, moe_quant_mode=moe_quant_mode)
-    _apply_model_quant_defaults(config, info.get("raw_config", {}), info["architecture"], backend, model_id)
-    shape = MoEBlockShape.from_model_info(info)
-    systems = str(_package_root() / "systems")
-    database = get_database(gpu, backend, _literal_backend_version(gpu, backend, backend_version, systems, None))
+    try:
+        info = _get_model_info(model_id)
+        config = build_model_config(tp, 1, attention_dp, 1, ep, moe_quant_mode=moe_quant_mode)
+        _apply_model_quant_defaults(config, info.get("raw_config", {}), info["architecture"], backend, model_id)
+        shape = MoEBlockShape.from_model_info(info)
+        systems = str(_package_root() / "systems")
+        database = get_database(gpu, backend, _literal_backend_version(gpu, backend, backend_version, systems, None))
+    except (KeyError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AicCoverageError(
+            f"aiconfigurator-core {aic_version()} cannot price EP across nodes for {where}: {first}"
+        ) from None
     resolved: dict[str, str] = {}
     if _architecture_to_model_family(info["architecture"]) in LARGE_EP_READY_FAMILIES and database is not None:
         sm_version = database.system_spec.get("gpu", {}).get("sm_version")

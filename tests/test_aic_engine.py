@@ -285,5 +285,7 @@ def test_large_ep_is_only_for_ep_across_nodes() -> None:
     assert large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", phases=("context",), **fp8) == {"context": "deepep_ht"}
     with pytest.raises(AicCoverageError, match="pure EP"):
         large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=32, moe_tp=2, moe_ep=16)
+    with pytest.raises(AicCoverageError, match=r"cannot price EP across nodes .*'fp9'"):
+        large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=32, moe_tp=1, moe_ep=32, moe_quant_mode="fp9")
     with pytest.raises(AicCoverageError, match="phases"):
         AicStepTimes("qwen3-8b", "h200_sxm", phases=("decode",))
