@@ -124,9 +124,7 @@ def _oracle_lines(report: Report) -> None:
     run = report.runs.get(HINDSIGHT)
     if run is None:
         return
-    search = HindsightSearch()
-    shares = "all" if search.shares is None else "/".join(f"{x:g}" for x in search.shares)
-    kind = "exhaustive" if search.beam is None else f"pruned(beam={search.beam},shares={shares})"
+    kind = HindsightSearch().describe(report.scenario.worker_sizes)
     for seg in run.segments:
         print(
             f"# {HINDSIGHT} scenario={report.scenario.name} segment={seg.segment} search={kind}"

@@ -6,7 +6,10 @@ Invariants checked:
 * exhaustive (exact over its action space) ≤ the pruned beam ≤ nothing else on step 0, which every policy starts
   from the same state: no policy's step-0 training starts earlier than the exhaustive search's;
 * on a segment, no policy's throughput is above the exhaustive search's (reported with its cause if it were);
-* an exhaustive search too large to run refuses with the count, instead of running for hours.
+* an exhaustive search too large to run refuses with the count, instead of running for hours;
+* with declared worker sizes the candidates include regroups, which the cluster charges as new workers of their
+  size, and no one-size candidate puts a worker in a role its size is not allowed; without sizes the candidate set
+  is the one-size one; on a small sized run the search replays exactly and is at least pearl_sched.
 """
 
 from __future__ import annotations
@@ -14,14 +17,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pearl_sched import Mode, Role
 from pearl_sched.config import PolicyConfig
+from pearl_sched.control import Assignment
 from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES
-from pearl_sched.sim.cluster import SegmentResult, run_segment
-from pearl_sched.sim.experiment import PolicyRun, Report, costs_for, setting_for
-from pearl_sched.sim.hindsight import HindsightSearch
-from pearl_sched.sim.scenario import ScenarioError
+from pearl_sched.sim.cluster import SegmentResult, SimCluster, run_segment
+from pearl_sched.sim.experiment import PolicyRun, Report, costs_for, run_policy_segment, setting_for
+from pearl_sched.sim.hindsight import HindsightSearch, Regroup
+from pearl_sched.sim.scenario import Scenario, ScenarioError
+from pearl_sched.state import WorkerSize
 
 from .builders import DATA, tiny
 
@@ -120,3 +126,117 @@ def test_a_ratio_on_a_segment_a_run_lacks_names_it(exhaustive: tuple[HindsightSe
     assert report.ratio("a", "a", result.segment) == pytest.approx(1.0)
     with pytest.raises(ScenarioError, match=r"policy 'b' has no run of segment 'segment' \(it ran: none\)"):
         report.ratio("a", "b", result.segment)
+
+
+# -- worker sizes ---------------------------------------------------------------------------------------------
+SIZES = {"prefill": [1, 2], "decode": [2, 4], "colocated": [2, 4]}
+BOTH = (Mode.COLOCATED, Mode.DISAGGREGATED)
+
+
+def _cluster(scenario: Scenario) -> SimCluster:
+    return SimCluster(setting_for(scenario, DATA), costs=costs_for(scenario), worker_sizes=scenario.worker_sizes)
+
+
+def _serving(target: Assignment) -> dict[str, str]:
+    return {slot: role.value for slot, role in target.roles().items() if role is not None}
+
+
+def test_without_sizes_the_candidates_are_the_one_size_ones() -> None:
+    """Eight dedicated GPUs (four TP2 slots) and four idle training GPUs: the candidates the search had before sizes."""
+    cluster = _cluster(tiny(batch_prompts=8, dedicated_rollout_gpus=8))
+    actions = HindsightSearch().actions(cluster.observe(), BOTH, boundary=True)
+    assert all(type(a) is Assignment for a in actions)
+    assert [a.ratio for a in actions if a is not None] == ["4C", "1P3D", "2P2D", "3P1D", "6C", "2P4D", "3P3D", "4P2D"]
+    assert _serving(actions[5]) == {  # type: ignore[arg-type]
+        "dw00": "prefill", "dw01": "prefill", "dw02": "decode", "dw03": "decode", "tw00": "decode", "tw01": "decode",
+    }  # fmt: skip
+
+
+def test_with_sizes_the_candidates_regroup_and_the_cluster_charges_the_new_workers_their_size() -> None:
+    scenario = tiny(worker_sizes=SIZES, batch_prompts=8, dedicated_rollout_gpus=8)
+    plain = HindsightSearch().actions(_cluster(tiny(batch_prompts=8, dedicated_rollout_gpus=8)).observe(), BOTH, True)
+    cluster = _cluster(scenario)
+    search = HindsightSearch()
+    at_boundary = search.actions(cluster.observe(), BOTH, boundary=True)
+    # the one-size candidates first, unchanged (TP2 is allowed in every role), then the regroups
+    assert [_serving(a) for a in at_boundary[: len(plain)]] == [_serving(a) for a in plain]  # type: ignore[arg-type]
+    regroups = [a for a in at_boundary if isinstance(a, Regroup)]
+    assert len(regroups) == len(at_boundary) - len(plain) > 0
+    assert "2C" in {a.ratio for a in regroups}  # colocated at TP4: two TP4 workers on the eight dedicated GPUs
+    for target in regroups:
+        for action in target.actions:  # every new worker has a size its role allows
+            assert WorkerSize(tp=action.tp, dp=action.dp) in scenario.worker_sizes.allowed(action.to_role)  # type: ignore[union-attr, arg-type]
+
+    # inside a disaggregated batch: a TP4 decode worker formed from two TP2 slots, at a TP4 worker's cost
+    cluster.apply(Assignment(Mode.DISAGGREGATED, {"dw00": Role.PREFILL, "dw01": Role.DECODE, "dw02": Role.DECODE}))
+    cluster.launch(0)
+    assert cluster.advance(30.0)
+    inside = search.actions(cluster.observe(), (Mode.DISAGGREGATED,), boundary=False)
+    assert all(a is None or a.mode is Mode.DISAGGREGATED for a in inside)
+    tp4 = next(
+        a
+        for a in inside
+        if isinstance(a, Regroup) and [x.gpu_ids for x in a.actions] == [("d4", "d5", "d6", "d7")]
+        and _serving(a) == {"dw00": "prefill", "dw01": "decode", "w-d4-tp4": "decode"}
+    )  # fmt: skip
+    report = cluster.apply(tp4)
+    assert report.seconds_lost == pytest.approx(cluster.costs.preparation_for(4) + cluster.costs.finalisation_s)
+    assert cluster.costs.preparation_for(4) != cluster.costs.preparation_for(2)
+    assert cluster.serving() == "1P(tp2)2D(1×tp2+1×tp4)"
+
+    # a one-GPU worker left over by a regroup may prefill but is never offered decode (TP1 is prefill-only here)
+    tp1 = next(
+        a
+        for a in search.actions(cluster.observe(), (Mode.DISAGGREGATED,), False)
+        if a is not None and any(x.tp == 1 for x in getattr(a, "actions", ()))
+    )
+    cluster.apply(tp1)
+    state = cluster.observe()
+    one_gpu = {w.id for w in state.workers if w.tp == 1}
+    assert one_gpu
+    for target in search.actions(state, (Mode.DISAGGREGATED,), boundary=False):
+        if target is None:
+            continue
+        roles = target.roles()
+        assert all(roles.get(slot) in (None, Role.PREFILL) for slot in one_gpu)
+
+
+@pytest.fixture(scope="module")
+def sized_runs() -> tuple[HindsightSearch, SegmentResult, SegmentResult]:
+    scenario = tiny(worker_sizes=SIZES, batch_prompts=8, dedicated_rollout_gpus=8)
+    segment = scenario.segments[0]
+    trace, factor = scenario.availability(segment, DATA)
+    search = HindsightSearch()
+    result = run_segment(
+        setting_for(scenario, DATA),
+        trace,
+        search,
+        costs=costs_for(scenario),
+        segment=segment.name,
+        scaling_factor=factor,
+        tick_s=60.0,
+        worker_sizes=scenario.worker_sizes,
+    )
+    return search, result, run_policy_segment(scenario, "pearl_sched", 0, DATA)
+
+
+def test_with_sizes_the_search_replays_exactly_and_is_at_least_pearl_sched(
+    sized_runs: tuple[HindsightSearch, SegmentResult, SegmentResult],
+) -> None:
+    search, oracle, pearl_sched = sized_runs
+    assert oracle.steps and search.replans == 0
+    predicted = dict(search.predicted_s)
+    for step in oracle.steps:
+        assert step.train_start_s == pytest.approx(predicted[step.step], rel=1e-12)
+    assert any("(tp" in ratio for _, ratio in oracle.ratios)  # it chose workers of another size
+    assert any("(tp" in ratio for _, ratio in pearl_sched.ratios)
+    assert oracle.throughput_tok_s >= pearl_sched.throughput_tok_s * (1 - 1e-12)
+
+
+def test_the_search_line_names_the_sizes_it_searches() -> None:
+    sizes = tiny(worker_sizes=SIZES).worker_sizes
+    assert HindsightSearch().describe() == "pruned(beam=1,shares=0.25/0.5/0.75)"
+    assert (
+        HindsightSearch().describe(sizes) == "pruned(beam=1,shares=0.25/0.5/0.75,sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)"
+    )
+    assert HindsightSearch(beam=None, shares=None).describe(sizes) == "exhaustive(sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)"

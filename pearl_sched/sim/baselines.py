@@ -22,7 +22,8 @@
                    hindsight over the planners' action space (per decision interval: mode at the boundary, P:D,
                    admitted workers, borrowing), every interval simulated from the state the previous choice
                    leaves, transition costs paid; a pruned dynamic programme in the shipped scenarios (not a
-                   bound), exhaustive — exact per step over its action space — on small instances.
+                   bound), exhaustive — exact per step over its action space — on small instances. With declared
+                   worker sizes it also searches a size per role, regroups charged as the cluster charges them.
 ``oracle-lookahead``
                    Greedy hindsight lookahead (:class:`GreedyLookahead`): at every decision point but the periodic
                    tick it copies the real simulated cluster and, for each candidate action (mode at a step

@@ -34,9 +34,17 @@ from pearl_sched.sim.setting import Setting
 SLOW_POLICIES = ("oracle-hindsight", "oracle-lookahead", "oracle-static")
 """The policies that simulate ahead: several times a planner's run, so their runs are started first."""
 
-SIZED_POLICIES = ("pearl_sched", "pearl_sched-no-borrow", "pearl_sched-one-batch", "pearl_sched-prepared", "ungated")
-"""The policies that may choose worker sizes (pearl_sched's planner) when the scenario declares ``worker_sizes``;
-every other one (PEARL-faithful, the baselines, the oracles) keeps the scenario's one size."""
+SIZED_POLICIES = (
+    "pearl_sched",
+    "pearl_sched-no-borrow",
+    "pearl_sched-one-batch",
+    "pearl_sched-prepared",
+    "ungated",
+    "oracle-hindsight",
+)
+"""The policies that may choose worker sizes when the scenario declares ``worker_sizes``: pearl_sched's planner and
+the hindsight search (its yardstick searches the sizes too); every other one (PEARL-faithful, the baselines,
+``oracle-static``) keeps the scenario's one size."""
 
 
 def costs_for(scenario: Scenario) -> TransitionCosts:

@@ -18,6 +18,20 @@ colocated on all of them or disaggregated at a P:D split — every split (``shar
 grid of prefill shares. Which slots serve is :func:`~pearl_sched.sim.baselines.assign`'s placement (fewest role
 changes, dedicated first). A mode change only at the step boundary, as the cluster defers it otherwise.
 
+With worker sizes (the scenario declares ``worker_sizes`` and the cluster reports them in its state), the action
+space grows a size per role, as pearl_sched's planner may regroup GPUs (docs/simulator.md, "Oracles"): for each way
+of using the idle training GPUs, on every usable GPU, colocated at each allowed colocated size, or disaggregated at
+each (prefill size, decode size) pair of the allowed ones and each prefill share of the GPUs (every multiple of the
+prefill size with ``shares=None``). A candidate is placed by :func:`place_sized`: slots already serving the role
+at its size keep it, other slots of that size change role, and the remaining GPUs are regrouped into new workers
+of that size on aligned blocks of one node (then the role's smaller allowed sizes for what is left); a new worker
+pays what the cluster charges a regroup (its preparation for its TP degree, then finalisation; activation on a
+borrowed training GPU) and the slots it takes are dissolved. The one-size actions above stay candidates where
+each serving worker's size is allowed for its role. Pruned: one size per role (besides the remainder), only on
+every usable GPU (the "those already serving" count is not tried with sizes), on the same share grid; mixed sizes
+chosen otherwise (``10C(8×tp2+2×tp4)``) are reached only through keep. Without declared sizes the action space,
+and so every result, is exactly the one-size one.
+
 Search: ``beam=None`` is exhaustive — every sequence of actions over the step's decision intervals — and is
 then **exact over that action space, for the step, from the state at its boundary**. With ``beam=B`` it is a
 dynamic programme over decision intervals with pruning: at each decision point the candidate states are merged
@@ -48,14 +62,15 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pearl_sched.control import Assignment, Event, EventKind
 from pearl_sched.errors import SimulationError
+from pearl_sched.plans import Action, ActionKind
 from pearl_sched.sim.baselines import Config, _lendable, _usable, assign
-from pearl_sched.state import ClusterState, Mode, Role, Zone
+from pearl_sched.state import ClusterState, Mode, Role, Worker, WorkerSize, WorkerSizes, Zone
 
 if TYPE_CHECKING:
     from pearl_sched.sim.cluster import SimCluster
@@ -82,6 +97,142 @@ def copy_cluster(cluster: SimCluster) -> SimCluster:
     sim = copy.deepcopy(cluster, memo)
     sim.timeline = []
     return sim
+
+
+@dataclass(frozen=True)
+class Regroup(Assignment):
+    """A target that forms workers of other sizes on regrouped GPUs: each slot's role and one expansion per new worker.
+
+    Applied by :meth:`~pearl_sched.sim.cluster.SimCluster.apply` as a planner's regroup: the slots whose GPUs an
+    expansion takes are dissolved (their sequences resubmit), and the new worker serves after its preparation for
+    its TP degree plus finalisation (activation for borrowed training GPUs).
+    """
+
+    actions: tuple[Action, ...] = ()
+
+
+_ROLE_ORDER = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+_ZONE_ORDER = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
+
+
+def _size_of(worker: Worker) -> WorkerSize:
+    return WorkerSize(tp=len(worker.gpu_ids), dp=worker.dp)
+
+
+def sizes_label(sizes: WorkerSizes) -> str:
+    """The declared sizes per role, as the search's cost line writes them: ``P:tp1/tp2,D:tp2/tp4,C:tp2/tp4``."""
+    parts = []
+    for letter, allowed in (("P", sizes.prefill), ("D", sizes.decode), ("C", sizes.colocated)):
+        if allowed:
+            parts.append(f"{letter}:" + "/".join(z.label for z in allowed))
+    return ",".join(parts)
+
+
+def place_sized(
+    state: ClusterState,
+    mode: Mode,
+    wants: Sequence[tuple[Role, int, Sequence[WorkerSize]]],
+    zones: Sequence[Zone],
+) -> Assignment | None:
+    """Place a sized configuration on the usable GPUs of ``zones`` with as few changes as its sizes allow.
+
+    For each role in ``wants`` — ``(role, GPUs, sizes)``, the sizes largest first, the first being the role's
+    chosen size and the rest those allowed for what is left — the slots already serving the role at its chosen
+    size keep it; then, role by role and size by size, other usable slots of that size take the role, and the
+    GPUs of the slots still unused are regrouped into new workers of that size, each on an aligned block of one
+    node (dedicated nodes first, then preemptible, then the training GPUs), until the role has its GPUs.
+
+    Args:
+        state: The cluster as observed at the decision point (its workers' GPUs and roles).
+        mode: The target's mode.
+        wants: Per role, the GPUs it should hold and the sizes it may use for them (largest first).
+        zones: The zones whose available slots may be used; slots elsewhere get no role.
+
+    Returns:
+        The target (a :class:`Regroup` when it forms new workers), or ``None`` when a role of ``wants`` gets no
+        worker.
+    """
+    index = state.gpu_index()
+    usable = sorted(
+        (w for w in state.workers if index[w.gpu_ids[0]].zone in zones and all(index[g].available for g in w.gpu_ids)),
+        key=lambda w: (_ZONE_ORDER[index[w.gpu_ids[0]].zone], w.id),
+    )
+    roles: dict[str, Role | None] = {w.id: None for w in state.workers}
+    left = {role: gpus for role, gpus, _ in wants}
+    kept: set[str] = set()  # slots given a role
+    for role, _, sizes in wants:  # slots serving the role at its chosen size keep it
+        for w in usable:
+            if w.rollout_role is role and _size_of(w) == sizes[0] and left[role] >= w.tp:
+                roles[w.id] = role
+                left[role] -= w.tp
+                kept.add(w.id)
+    nodes: dict[str, list[str]] = {}  # each node's GPUs in order
+    for g in state.gpus:
+        nodes.setdefault(g.node, []).append(g.id)
+    order = sorted(nodes, key=lambda n: (_ZONE_ORDER[index[nodes[n][0]].zone], n))
+    owner = {g: w.id for w in usable for g in w.gpu_ids}
+    dissolved: set[str] = set()  # slots a new worker takes GPUs of
+    used: set[str] = set()  # GPUs of the new workers
+
+    def free(gpu: str) -> bool:
+        return gpu in owner and owner[gpu] not in kept and gpu not in used
+
+    formed: list[tuple[tuple[str, ...], Role, WorkerSize]] = []
+    for role, _, sizes in wants:
+        for size in sizes:
+            for w in usable:  # other slots of this size change role
+                if w.id not in kept and w.id not in dissolved and _size_of(w) == size and left[role] >= size.tp:
+                    roles[w.id] = role
+                    left[role] -= size.tp
+                    kept.add(w.id)
+            while left[role] >= size.tp:  # the rest regrouped into new workers of this size
+                block = _aligned_block(nodes, order, size.tp, free)
+                if block is None:
+                    break
+                used.update(block)
+                dissolved.update(owner[g] for g in block)
+                formed.append((block, role, size))
+                left[role] -= size.tp
+    ids = {w.id for w in state.workers}  # a dissolved slot's id is not reused: actions name one slot each
+    actions = []
+    for gpus, role, size in formed:
+        worker_id, k = f"w-{gpus[0]}-{size.label}", 1
+        while worker_id in ids:
+            k += 1
+            worker_id = f"w-{gpus[0]}-{size.label}.{k}"
+        ids.add(worker_id)
+        roles[worker_id] = role
+        actions.append(
+            Action(
+                kind=ActionKind.EXPAND,
+                worker_id=worker_id,
+                gpu_ids=gpus,
+                zone=index[gpus[0]].zone,
+                from_role=None,
+                to_role=role,
+                group=1,
+                reason=f"new {size.label} worker on regrouped GPUs (hindsight search)",
+                dp=size.dp,
+            )
+        )
+    if any(role not in roles.values() for role, _, _ in wants):
+        return None
+    if not actions:
+        return Assignment(mode, roles)
+    return Regroup(mode, roles, tuple(actions))
+
+
+def _aligned_block(
+    nodes: dict[str, list[str]], order: Sequence[str], tp: int, free: Callable[[str], bool]
+) -> tuple[str, ...] | None:
+    """The first block of ``tp`` free GPUs aligned to ``tp`` within its node, nodes in ``order``."""
+    for node in order:
+        gpus = nodes[node]
+        for start in range(0, len(gpus) - tp + 1, tp):
+            block = gpus[start : start + tp]
+            if all(free(g) for g in block):
+                return tuple(block)
+    return None
 
 
 @dataclass
@@ -162,6 +313,18 @@ class HindsightSearch:
         """Whether the search is exhaustive over every P:D split (exact over its action space, per step)."""
         return self.beam is None and self.shares is None
 
+    def describe(self, worker_sizes: WorkerSizes | None = None) -> str:
+        """What the search searches, as its cost line writes it.
+
+        ``pruned(beam=1,shares=0.25/0.5/0.75)`` or ``exhaustive``; with declared ``worker_sizes`` the sizes per
+        role join it, e.g. ``pruned(beam=1,shares=0.25/0.5/0.75,sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)``.
+        """
+        shares = "all" if self.shares is None else "/".join(f"{x:g}" for x in self.shares)
+        sized = f"sizes={sizes_label(worker_sizes)}" if worker_sizes is not None else ""
+        if self.beam is None:
+            return f"exhaustive({sized})" if sized else "exhaustive"
+        return f"pruned(beam={self.beam},shares={shares}" + (f",{sized})" if sized else ")")
+
     def bind(
         self,
         cluster: SimCluster,
@@ -184,6 +347,9 @@ class HindsightSearch:
     def actions(self, state: ClusterState, modes: Sequence[Mode], boundary: bool) -> list[Assignment | None]:
         """Every action at a decision point: keep, and each (borrowing, count, mode, split) target, deduplicated.
 
+        With worker sizes in ``state``, the one-size targets whose serving workers all have a size their role
+        allows, then the sized targets of :meth:`sized_actions`.
+
         Args:
             state: The cluster as observed at the decision point.
             modes: The modes a target may have (both at the step boundary, the running one inside a batch).
@@ -193,6 +359,10 @@ class HindsightSearch:
         serving = sum(1 for role in current.values() if role is not None)
         out: list[Assignment | None] = [] if boundary and not serving else [None]
         seen = [current]
+        sizes = state.worker_sizes
+        allowed = (
+            {w.id: {r for r in _ROLE_ORDER if _size_of(w) in sizes.allowed(r)} for w in state.workers} if sizes else {}
+        )
         zone_options: list[tuple[Zone, ...]] = [(Zone.DEDICATED, Zone.PREEMPTIBLE)]
         if _lendable(state):
             zone_options.append((Zone.DEDICATED, Zone.PREEMPTIBLE, Zone.OVERLAP))
@@ -210,9 +380,71 @@ class HindsightSearch:
                 for config in configs:
                     target = assign(state, config[0], config, zones)
                     roles = target.roles()
+                    if sizes is not None and any(r is not None and r not in allowed[i] for i, r in roles.items()):
+                        continue  # a worker of a size its role does not allow
                     if roles not in seen:
                         seen.append(roles)
                         out.append(target)
+        if sizes is None:
+            return out
+        regroups: list[tuple[dict[str, Role | None], tuple[Action, ...]]] = []
+        for zones in zone_options:
+            for target in self.sized_actions(state, modes, zones, sizes):
+                roles = target.roles()
+                if isinstance(target, Regroup):
+                    if (roles, target.actions) not in regroups:
+                        regroups.append((roles, target.actions))
+                        out.append(target)
+                elif roles not in seen:
+                    seen.append(roles)
+                    out.append(target)
+        return out
+
+    def sized_actions(
+        self, state: ClusterState, modes: Sequence[Mode], zones: Sequence[Zone], sizes: WorkerSizes
+    ) -> list[Assignment]:
+        """The sized targets on every usable GPU of ``zones`` (module docstring), placed by :func:`place_sized`.
+
+        Colocated at each allowed colocated size; disaggregated at each (prefill size, decode size) pair and each
+        prefill share of the GPUs, rounded to whole prefill workers (every multiple of the prefill size with
+        ``shares=None``). Each role falls back to its smaller allowed sizes for GPUs its size cannot group.
+        """
+        index = state.gpu_index()
+        gpus = sum(
+            w.tp
+            for w in state.workers
+            if index[w.gpu_ids[0]].zone in zones and all(index[g].available for g in w.gpu_ids)
+        )
+
+        def down(allowed: Sequence[WorkerSize], size: WorkerSize) -> list[WorkerSize]:
+            return [size, *(z for z in reversed(allowed) if z.tp < size.tp)]
+
+        out: list[Assignment] = []
+        wanted: list[tuple[Mode, list[tuple[Role, int, Sequence[WorkerSize]]]]] = []
+        if Mode.COLOCATED in modes:
+            for size in sizes.colocated:
+                wanted.append((Mode.COLOCATED, [(Role.COLOCATED, gpus, down(sizes.colocated, size))]))
+        if Mode.DISAGGREGATED in modes:
+            for prefill in sizes.prefill:
+                for decode in sizes.decode:
+                    most = gpus - min(z.tp for z in sizes.decode)
+                    if most < prefill.tp:
+                        continue
+                    if self.shares is None:
+                        splits = list(range(prefill.tp, most + 1, prefill.tp))
+                    else:
+                        whole = {round(gpus * share / prefill.tp) * prefill.tp for share in self.shares}
+                        splits = sorted({min(most // prefill.tp * prefill.tp, max(prefill.tp, p)) for p in whole})
+                    for p in splits:
+                        wants: list[tuple[Role, int, Sequence[WorkerSize]]] = [
+                            (Role.PREFILL, p, down(sizes.prefill, prefill)),
+                            (Role.DECODE, gpus - p, down(sizes.decode, decode)),
+                        ]
+                        wanted.append((Mode.DISAGGREGATED, wants))
+        for mode, wants in wanted:
+            target = place_sized(state, mode, wants, zones)
+            if target is not None:
+                out.append(target)
         return out
 
     # -- simulating an interval ---------------------------------------------------------------------------
