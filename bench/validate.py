@@ -56,7 +56,14 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 
-from pearl_sched.profiles.aic_engine import AicCoverageError, AicStepTimes, StepTimeCalibration, aic_version
+from pearl_sched.profiles.aic_engine import (
+    PHASES,
+    AicCoverageError,
+    AicStepTimes,
+    StepTimeCalibration,
+    aic_version,
+    large_ep_comm,
+)
 from pearl_sched.sim.replay import (
     PDRole,
     ReplayError,
@@ -197,15 +204,36 @@ def _engine(
     row: dict[str, str],
     cache: dict[tuple[object, ...], AicStepTimes | str],
     layout: tuple[int, int, int | None, int | None] | None = None,
+    phases: tuple[str, ...] = PHASES,
 ) -> AicStepTimes | str:
-    """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP)."""
+    """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP).
+
+    ``phases``: what the engine runs (a PD role runs one), which decides the large-EP data EP across nodes needs
+    (:func:`pearl_sched.profiles.aic_engine.large_ep_comm`). A large-EP engine takes aiconfigurator's KV and
+    attention precisions (FP8 for DeepSeek-V3 on SGLang: its wide-EP MLA tables hold no other), not SGLang's bf16
+    default, as aiconfigurator's own estimate of the row does.
+    """
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
-    kv = script_kv_dtype(row)
+    kv: str | None = script_kv_dtype(row)
+    fmha: str | None = SGLANG_KV_DTYPE  # attention in bf16 (the engine has no FP8 context MLA data)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
-    key += (kv,)
+    key += (kv, phases)
     if key not in cache:
         try:
+            large_ep = large_ep_comm(
+                model,
+                row["system"],
+                "sglang",
+                tp=tp,
+                attention_dp=adp,
+                moe_tp=moe_tp if moe_tp is not None else tp * adp // (moe_ep or 1),
+                moe_ep=moe_ep,
+                moe_quant_mode=row["moe_quant_mode"] or None,
+                phases=phases,
+            )
+            if large_ep:
+                kv = fmha = None
             engine = AicStepTimes(
                 model,
                 row["system"],
@@ -217,7 +245,8 @@ def _engine(
                 gemm_quant_mode=row["gemm_quant_mode"] or None,
                 moe_quant_mode=row["moe_quant_mode"] or None,
                 kvcache_quant_mode=kv,
-                fmha_quant_mode=SGLANG_KV_DTYPE,  # attention in bf16 (the engine has no FP8 context MLA data)
+                fmha_quant_mode=fmha,
+                phases=phases,
             )
             POOLS[id(engine)] = engine.kv_capacity_tokens()
             if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
@@ -226,6 +255,7 @@ def _engine(
         except (AicCoverageError, ValueError) as exc:
             reason = str(exc)
             reason = re.sub(r".*\): ", "", reason) if "cannot model" in reason else reason
+            reason = re.sub(r".* data for .*?per node\), ", "no large-EP data for EP across nodes: ", reason)
             cache[key] = reason[:90]
     return cache[key]
 
@@ -304,6 +334,8 @@ def silicon_rows(
 
 
 DISAGG_LAYOUT_FIELDS = ("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+ROLE_PHASES = {"prefill": ("context",), "decode": ("generation",)}
+"""The phase each PD role runs (what aiconfigurator's disaggregated estimate requires of each side)."""
 
 
 def _side(row: dict[str, str], role: str) -> tuple[int, int, int | None, int | None]:
@@ -484,7 +516,7 @@ def disagg_rows(
             continue
         roles = []
         for role in ("prefill", "decode"):
-            engine = _engine(deployment, cache, _side(deployment, role))
+            engine = _engine(deployment, cache, _side(deployment, role), ROLE_PHASES[role])
             if isinstance(engine, str):
                 skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:120]] += 1
                 break
@@ -534,6 +566,41 @@ def disagg_rows(
             DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row, (roles[0], roles[1]), harness)
         )
     return out, skipped
+
+
+def aic_decode_estimate_rows(
+    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+) -> tuple[list[Row], Counter[str]]:
+    """aiconfigurator's own decode-worker estimate of each disaggregated row whose deployment is recorded (TPOT only).
+
+    What aiconfigurator's disaggregated estimate computes for the decode side (its SGLang backend's
+    ``run_static(mode="static_gen")``: the recorded per-rank ``decode_batch_size`` stepping through contexts ISL + 1
+    … ISL + OSL − 1, without the 1.08 decode correction ``cli_estimate`` multiplies in), through this project's
+    engine call on the decode role, which ``tests/test_aic_engine.py`` checks equals aiconfigurator's own result. Not
+    a replay: no prefill, no scheduling. It covers rows whose prefill role aiconfigurator refuses, so it shows the
+    engine's decode data on rows the replay cannot run.
+    """
+    twins = deployment_twins(rows)
+    out: list[Row] = []
+    failed: Counter[str] = Counter()
+    for row in rows:
+        deployment = row if _has_workers(row) else twins.get(row["id"])
+        if row["mode"] != "disagg" or deployment is None or not deployment["decode_batch_size"]:
+            continue
+        side = _side(deployment, "decode")
+        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"])
+        if isinstance(engine, str):
+            failed[f"{row['model_path']} {row['system']} decode {side}: {engine}"[:120]] += 1
+            continue
+        isl, osl, batch = int(row["isl"]), int(row["osl"]), int(deployment["decode_batch_size"])
+        contexts = range(isl + 1, isl + max(osl, 2))
+        tpot = sum(engine.decode_s(batch, context) for context in contexts) / len(contexts)
+        ttft = float(row["silicon_ttft_ms"]) / 1e3
+        measured_tpot = float(row["silicon_tpot_ms"]) / 1e3
+        e2e = ttft + (harness_of(row).mean_osl(osl) - 1) * measured_tpot
+        nan = float("nan")
+        out.append(Row("silicon-sglang-aic-estimate", "disagg", row["id"], ttft, measured_tpot, e2e, nan, tpot, nan))
+    return out, failed
 
 
 def aic_estimate_rows(replayed: list[Replayed]) -> tuple[list[Row], Counter[str]]:
@@ -903,6 +970,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.aic_estimate:
         estimates, failed = aic_estimate_rows(replayed)
         rows += estimates
+        if "disagg" in args.modes:
+            decode_estimates, decode_failed = aic_decode_estimate_rows(csv_rows, cache)
+            rows += decode_estimates
+            failed += decode_failed
         for reason, n in failed.most_common():
             print(f"validate-coverage dataset=silicon-sglang-aic-estimate rows={n} not_run={reason}")
     print(f"validate-source dataset=silicon-sglang {source} (model/GPU/parallelism per row)")

@@ -26,6 +26,13 @@ predicted + overhead``, the online correction Dynamo's planner applies to this e
 was. Every result is memoised on a grid of 64 steps per octave in each token argument (values up to 64 and powers
 of two exact, since the engine's tables step at powers of two), so a call costs about a microsecond once warm.
 
+Expert parallelism across nodes is priced as aiconfigurator itself prices it (:func:`large_ep_comm`): its exact
+estimate (``cli_estimate``, the path of its ``predict_silicon_sample`` accuracy tool) keeps EP within one node on the
+fused MoE graph, and for EP spanning nodes selects the large-EP graph (DeepEP all-to-all, wide-EP MoE and MLA
+tables) for each phase the worker runs, refusing the layout where its data does not cover that EP.
+``EngineHandle.compile`` alone never selects that graph, so without this a GB200 decode engine at attention-DP 32 /
+EP 32 was priced on the fused graph: 2-3x slower steps than the large-EP graph aiconfigurator uses for it.
+
 A model, GPU, backend or parallelism the engine does not ship raises :class:`AicCoverageError` naming what is
 missing and what is supported; nothing falls back to another source silently.
 """
@@ -46,6 +53,10 @@ from pearl_sched.errors import MissingExtraError, PearlSchedError
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("sglang", "vllm", "trtllm")
+PHASES = ("context", "generation")
+"""aiconfigurator's inference phases: prefill (``context``) and decode (``generation``)."""
+_DEEPEP_NODE1_FALLBACK = frozenset(("deepep_ht", "deepep_ll", "trtllm_deepep_ht", "trtllm_deepep_ll"))
+"""All-to-all backends whose one-node rows may stand in for more nodes (aiconfigurator ``moe_comm_resolver``)."""
 """Serving frameworks aiconfigurator-core models."""
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``--gpu-memory-utilization``."""
@@ -103,6 +114,118 @@ def resolve_model(name: str) -> str:
     raise AicCoverageError(
         f"aiconfigurator-core {aic_version()} ships no model config for {name!r}; supported: {', '.join(models)}"
     )
+
+
+def gpus_per_node(gpu: str) -> int:
+    """GPUs in one node of ``gpu``'s system (``node.num_gpus_per_node`` of its aiconfigurator system file)."""
+    import yaml  # aiconfigurator-core depends on PyYAML
+
+    spec = yaml.safe_load((_package_root() / "systems" / f"{gpu}.yaml").read_text())
+    return int(spec.get("node", {}).get("num_gpus_per_node", 0) or 0)
+
+
+def large_ep_comm(
+    model: str,
+    gpu: str,
+    backend: str = "sglang",
+    *,
+    tp: int = 1,
+    attention_dp: int = 1,
+    moe_tp: int | None = None,
+    moe_ep: int | None = None,
+    moe_quant_mode: str | None = None,
+    phases: tuple[str, ...] = PHASES,
+    backend_version: str | None = None,
+) -> dict[str, str] | None:
+    """The MoE all-to-all backend per phase that aiconfigurator's own estimate uses for this layout, or None (fused).
+
+    Mirrors ``resolve_model_config_moe_comm`` of aiconfigurator 0.12.0 (``sdk/moe_comm_resolver.py``) on the exact
+    estimate path (``cli_estimate``; aggregated workers need both phases, a PD prefill role ``context``, a decode
+    role ``generation``): a dense model, EP 1 or EP within one node is fused; EP across nodes needs pure expert
+    parallelism and, for each phase in ``phases``, a backend whose all-to-all rows and wide-EP expert-compute rows
+    cover that EP (SGLang: DeepEP high-throughput for prefill, low-latency for decode; its one-node rows stand in for
+    more nodes, as aiconfigurator allows).
+
+    Raises:
+        AicCoverageError: EP spans nodes and aiconfigurator has no large-EP data for it (its own estimate refuses
+            such a layout, ``PerfDataNotAvailableError``), or the MoE is also tensor-parallel.
+    """
+    from aiconfigurator_core.sdk.config_builders import build_model_config
+    from aiconfigurator_core.sdk.engine import _literal_backend_version
+    from aiconfigurator_core.sdk.models.blocks.moe import LARGE_EP_READY_FAMILIES, MoEBlockShape
+    from aiconfigurator_core.sdk.models.helpers import (
+        _apply_model_quant_defaults,
+        _architecture_to_model_family,
+        _get_model_info,
+        check_is_moe,
+    )
+    from aiconfigurator_core.sdk.operations.moe_comm import MOE_A2A_BACKENDS, nodes_for
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    model_id = resolve_model(model)
+    ep = moe_ep or 1
+    if ep <= 1 or not check_is_moe(model_id):
+        return None
+    per_node = gpus_per_node(gpu)
+    if ep <= per_node:
+        return None  # aiconfigurator's exact estimate keeps EP within a node on the fused graph
+    where = f"{model_id} on {gpu} ({backend}, moe_ep={ep}, {per_node} GPUs per node)"
+    if (moe_tp or 1) != 1:
+        raise AicCoverageError(f"aiconfigurator-core prices EP across nodes only as pure EP (moe_tp=1): {where}")
+    try:
+        info = _get_model_info(model_id)
+        config = build_model_config(tp, 1, attention_dp, 1, ep, moe_quant_mode=moe_quant_mode)
+        _apply_model_quant_defaults(config, info.get("raw_config", {}), info["architecture"], backend, model_id)
+        shape = MoEBlockShape.from_model_info(info)
+        systems = str(_package_root() / "systems")
+        database = get_database(gpu, backend, _literal_backend_version(gpu, backend, backend_version, systems, None))
+    except (KeyError, ValueError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AicCoverageError(
+            f"aiconfigurator-core {aic_version()} cannot price EP across nodes for {where}: {first}"
+        ) from None
+    resolved: dict[str, str] = {}
+    if _architecture_to_model_family(info["architecture"]) in LARGE_EP_READY_FAMILIES and database is not None:
+        sm_version = database.system_spec.get("gpu", {}).get("sm_version")
+        nodes = nodes_for(ep, per_node)
+        quant = config.moe_quant_mode
+        for phase in dict.fromkeys(phases):
+            a2a = database.moe_a2a_coverage(shape.hidden_size, shape.topk, shape.num_experts, quant, phase)
+            compute = database.moe_expert_compute_coverage(
+                shape.hidden_size, shape.moe_inter_size, shape.topk, shape.num_experts, quant, phase
+            )
+            if backend in ("vllm", "trtllm"):
+                compute |= database.legacy_moe_compute_coverage(
+                    shape.hidden_size, shape.moe_inter_size, shape.topk, shape.num_experts, quant
+                )
+            for name, spec in MOE_A2A_BACKENDS.items():
+                if backend not in spec.frameworks or phase not in spec.inference_phases:
+                    continue
+                if backend == "trtllm" and attention_dp <= 1:
+                    continue
+                pairs = a2a.get(name, set())
+                covered = (ep, nodes) in pairs or (
+                    name in _DEEPEP_NODE1_FALLBACK
+                    and ((8, 1) in pairs if backend == "sglang" else (per_node, 1) in pairs)
+                )
+                feasible = spec.feasible(
+                    topk=shape.topk,
+                    num_experts=shape.num_experts,
+                    moe_tp_size=1,
+                    moe_ep_size=ep,
+                    sm_version=int(sm_version) if sm_version is not None else None,
+                )
+                if covered and ep in compute and feasible:
+                    resolved[phase] = name
+                    break
+    missing = [phase for phase in phases if phase not in resolved]
+    if missing:
+        raise AicCoverageError(
+            f"aiconfigurator-core {aic_version()} has no large-EP (all-to-all + wide-EP MoE) data for {where}, "
+            f"MoE {getattr(config.moe_quant_mode, 'name', config.moe_quant_mode)}, phase(s) {', '.join(missing)}; "
+            "its own estimate refuses EP across nodes without it"
+        )
+    return resolved
 
 
 @dataclass
@@ -205,6 +328,8 @@ class AicStepTimes:
         calibration: an online correction from observed step times (none: the engine's kernel sums only).
         snap_bits: memoisation grid, ``2**snap_bits`` steps per octave of each token argument (about 1.1–1.6% at
             the default 6; powers of two exact); None: exact whole tokens.
+        phases: the phases this worker runs (``("context",)`` for a PD prefill role, ``("generation",)`` for a decode
+            role): the ones whose large-EP data EP across nodes requires (:func:`large_ep_comm`).
     """
 
     model: str
@@ -221,7 +346,10 @@ class AicStepTimes:
     fmha_quant_mode: str | None = None
     calibration: StepTimeCalibration | None = None
     snap_bits: int | None = 6
+    phases: tuple[str, ...] = PHASES
     model_id: str = field(init=False)
+    moe_comm_backend: dict[str, str] | None = field(init=False, default=None)
+    """The large-EP all-to-all backend per phase (:func:`large_ep_comm`); None: the fused MoE graph."""
     _handle: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -237,29 +365,49 @@ class AicStepTimes:
             )
         self.model_id = resolve_model(self.model)
         moe_tp = self._moe_tp()
+        if not self.phases or any(phase not in PHASES for phase in self.phases):
+            raise AicCoverageError(f"phases must be a non-empty subset of {PHASES}, got {self.phases!r}")
+        self.moe_comm_backend = large_ep_comm(
+            self.model_id,
+            self.gpu,
+            self.backend,
+            tp=self.tp,
+            attention_dp=self.attention_dp,
+            moe_tp=moe_tp,
+            moe_ep=self.moe_ep,
+            moe_quant_mode=self.moe_quant_mode,
+            phases=self.phases,
+            backend_version=self.backend_version,
+        )
         try:
             from aiconfigurator_core.sdk.engine import EngineHandle
 
-            self._handle = EngineHandle.compile(
-                self.model_id,
-                self.gpu,
-                self.backend,
-                backend_version=self.backend_version,
-                tp_size=self.tp,
-                attention_dp_size=self.attention_dp,
-                moe_tp_size=moe_tp,
-                moe_ep_size=self.moe_ep,
-                gemm_quant_mode=self.gemm_quant_mode,
-                moe_quant_mode=self.moe_quant_mode,
-                kvcache_quant_mode=self.kvcache_quant_mode,
-                fmha_quant_mode=self.fmha_quant_mode,
-                systems_path=str(root / "systems"),
-            )
-            # perf-data misses surface here rather than mid-simulation: one call of each kind
-            self._handle.predict_prefill_latency(1, 256, 0)
-            self._handle.predict_prefill_latency(1, 256, 128)
-            self._handle.decode_step_latency(1, 255, 2)
-            self._handle.mixed_step_breakdown(128, 1, 256, 2, 128)
+            if self.moe_comm_backend:
+                self._handle = self._compile_large_ep(str(root / "systems"), self.moe_comm_backend)
+            else:
+                self._handle = EngineHandle.compile(
+                    self.model_id,
+                    self.gpu,
+                    self.backend,
+                    backend_version=self.backend_version,
+                    tp_size=self.tp,
+                    attention_dp_size=self.attention_dp,
+                    moe_tp_size=moe_tp,
+                    moe_ep_size=self.moe_ep,
+                    gemm_quant_mode=self.gemm_quant_mode,
+                    moe_quant_mode=self.moe_quant_mode,
+                    kvcache_quant_mode=self.kvcache_quant_mode,
+                    fmha_quant_mode=self.fmha_quant_mode,
+                    systems_path=str(root / "systems"),
+                )
+            # perf-data misses surface here rather than mid-simulation: one call of each kind the worker runs
+            if "context" in self.phases:
+                self._handle.predict_prefill_latency(1, 256, 0)
+                self._handle.predict_prefill_latency(1, 256, 128)
+            if "generation" in self.phases:
+                self._handle.decode_step_latency(1, 255, 2)
+            if len(self.phases) == len(PHASES):
+                self._handle.mixed_step_breakdown(128, 1, 256, 2, 128)
         except (AssertionError, ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AicCoverageError(
@@ -269,6 +417,54 @@ class AicStepTimes:
         self._prefill_ms = functools.lru_cache(maxsize=1 << 16)(self._prefill_ms_exact)
         self._decode_ms = functools.lru_cache(maxsize=1 << 16)(self._decode_ms_exact)
         self._mixed_ms = functools.lru_cache(maxsize=1 << 16)(self._mixed_ms_exact)
+
+    def _compile_large_ep(self, systems: str, comm: dict[str, str]) -> Any:
+        """``EngineHandle.compile``'s steps with aiconfigurator's large-EP selection in the model config.
+
+        ``compile_engine`` has no argument for it; its ``ModelConfig`` is built the same way, given the per-phase
+        all-to-all backend and the node width as aiconfigurator's resolver sets them, and, for DeepSeek-V3-family
+        checkpoints on SGLang, FP8 KV cache and ``fp8_block`` attention unless asked otherwise (the resolver's
+        defaults there: SGLang's wide-EP MLA tables are collected in those precisions).
+        """
+        import aiconfigurator_core
+        from aiconfigurator_core.sdk.config_builders import build_model_config
+        from aiconfigurator_core.sdk.engine import EngineHandle, _literal_backend_version, build_engine_spec_json
+        from aiconfigurator_core.sdk.models import get_model
+        from aiconfigurator_core.sdk.models.helpers import _get_model_info
+        from aiconfigurator_core.sdk.perf_database import get_database
+
+        if self.backend == "sglang" and _get_model_info(self.model_id)["architecture"] == "DeepseekV3ForCausalLM":
+            self.fmha_quant_mode = self.fmha_quant_mode or "fp8_block"
+            self.kvcache_quant_mode = self.kvcache_quant_mode or "fp8"
+        config = build_model_config(
+            tp_size=self.tp,
+            pp_size=1,
+            attention_dp_size=self.attention_dp,
+            moe_tp_size=1,
+            moe_ep_size=self.moe_ep or 1,
+            gemm_quant_mode=self.gemm_quant_mode,
+            kvcache_quant_mode=self.kvcache_quant_mode,
+            fmha_quant_mode=self.fmha_quant_mode,
+            moe_quant_mode=self.moe_quant_mode,
+        )
+        config.moe_comm_backend = dict(comm)
+        config.num_gpus_per_node = gpus_per_node(self.gpu)
+        config.system = self.gpu
+        model = get_model(self.model_id, config, self.backend)
+        version = _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None)
+        database = get_database(self.gpu, self.backend, version, systems_paths=systems)
+        spec = build_engine_spec_json(
+            model,
+            model_path=self.model_id,
+            system=self.gpu,
+            backend=self.backend,
+            backend_version=version,
+            kv_block_size=None,
+            systems_path=systems,
+            nextn=0,
+            database=database,
+        )
+        return EngineHandle(bytes(aiconfigurator_core.engine_spec_bincode_from_json(spec)), systems_path=systems)
 
     def _moe_tp(self) -> int:
         return self.moe_tp if self.moe_tp is not None else self.tp * self.attention_dp // (self.moe_ep or 1)
@@ -285,6 +481,8 @@ class AicStepTimes:
         version = self.backend_version or "current"
         if self.gemm_quant_mode:
             par += f" {self.gemm_quant_mode}"
+        if self.moe_comm_backend:
+            par += " large-EP " + "/".join(f"{phase}:{name}" for phase, name in self.moe_comm_backend.items())
         cal = f"; calibrated {self.calibration.describe()}" if self.calibration else "; uncalibrated"
         return (
             f"aiconfigurator-core {aic_version()} engine: {self.model_id} {self.gpu} {self.backend}@{version} "

@@ -17,6 +17,7 @@ from pearl_sched.profiles.aic_engine import (
     AicCoverageError,
     AicStepTimes,
     StepTimeCalibration,
+    large_ep_comm,
     resolve_model,
     supported_models,
 )
@@ -175,3 +176,116 @@ def test_kv_bytes_per_token_is_the_ranks_kv_by_hand(qwen8b: AicStepTimes) -> Non
         fmha_quant_mode="bfloat16",
     )
     assert mla.kv_bytes_per_token() == pytest.approx(61 * (512 + 64) * 2)
+
+
+def _aiconfigurator_decode_tpot_ms(
+    gpu: str, layout: dict[str, int], batch: int, isl: int, osl: int, **quant: str
+) -> float:
+    """aiconfigurator's own decode-worker estimate: its SGLang backend's ``run_static(mode="static_gen")``.
+
+    What aiconfigurator's ``DisaggInferenceSession`` runs for the decode side of a disaggregated deployment, on the
+    model config its resolver builds for that side (aiconfigurator 0.12.0 ``cli_estimate`` → ``moe_comm_resolver``:
+    for EP across nodes the per-phase all-to-all backend, the node width and the FP8 wide-EP attention precisions).
+    Without the decode latency correction (1.08) that ``cli_estimate`` multiplies in.
+    """
+    from aiconfigurator_core.sdk import common
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import ModelConfig, RuntimeConfig
+    from aiconfigurator_core.sdk.engine import _literal_backend_version
+    from aiconfigurator_core.sdk.models import get_model
+    from aiconfigurator_core.sdk.perf_database import get_database
+
+    config = ModelConfig(
+        tp_size=layout["tp"],
+        attention_dp_size=layout["attention_dp"],
+        moe_tp_size=layout["moe_tp"],
+        moe_ep_size=layout["moe_ep"],
+        gemm_quant_mode=common.GEMMQuantMode[quant["gemm"]],
+        moe_quant_mode=common.MoEQuantMode[quant["moe"]],
+    )
+    if "comm" in quant:  # what aiconfigurator's resolver sets for EP across nodes
+        config.moe_comm_backend = {"generation": quant["comm"]}
+        config.num_gpus_per_node = int(quant["gpus_per_node"])
+        config.system = gpu
+        config.kvcache_quant_mode = common.KVCacheQuantMode.fp8
+        config.fmha_quant_mode = common.FMHAQuantMode.fp8_block
+    database = get_database(gpu, "sglang", _literal_backend_version(gpu, "sglang", None, None, None))
+    model = get_model("deepseek-ai/DeepSeek-V3", config, "sglang")
+    runtime = RuntimeConfig(isl=isl, osl=osl, batch_size=batch)
+    summary = get_backend("sglang").run_static(model, database, runtime, mode="static_gen")
+    return float(summary.get_result_dict()["tpot"])
+
+
+@pytest.mark.parametrize(
+    ("gpu", "layout", "quant", "large_ep"),
+    [
+        # GB200 NVL72 decode at attention-DP 32 / EP 32 (4 GPUs per node): EP across nodes, the large-EP graph
+        ("gb200", {"tp": 1, "attention_dp": 32, "moe_tp": 1, "moe_ep": 32}, {"gemm": "fp8", "moe": "fp8_block"}, True),
+        # B200 decode at attention-DP 8 / EP 8 (8 GPUs per node): within a node, the fused graph
+        (
+            "b200_sxm",
+            {"tp": 1, "attention_dp": 8, "moe_tp": 1, "moe_ep": 8},
+            {"gemm": "fp8", "moe": "fp8_block"},
+            False,
+        ),
+    ],
+)
+def test_attention_dp_decode_matches_aiconfigurators_own_decode_estimate(
+    gpu: str, layout: dict[str, int], quant: dict[str, str], large_ep: bool
+) -> None:
+    steps = AicStepTimes(
+        "deepseek-ai/DeepSeek-V3",
+        gpu,
+        gemm_quant_mode=quant["gemm"],
+        moe_quant_mode=quant["moe"],
+        phases=("generation",),
+        snap_bits=None,
+        **layout,  # type: ignore[arg-type]
+    )
+    assert (steps.moe_comm_backend == {"generation": "deepep_ll"}) is large_ep
+    assert ("large-EP generation:deepep_ll" in steps.source) is large_ep
+    reference = dict(quant, comm="deepep_ll", gpus_per_node="4") if large_ep else quant
+    for batch, isl, osl in [(16, 1024, 256), (128, 1024, 256)]:
+        # the per-rank batch of an attention-DP engine, at each context the request passes through
+        ours_ms = 1e3 * sum(steps.decode_s(batch, isl + k) for k in range(1, osl)) / (osl - 1)
+        assert ours_ms == pytest.approx(
+            _aiconfigurator_decode_tpot_ms(gpu, layout, batch, isl, osl, **reference), rel=0.01
+        )
+
+
+@pytest.mark.parametrize(
+    ("gpu", "attention_dp", "moe_ep", "moe_quant", "phases", "missing"),
+    [
+        ("gb200", 32, 32, "nvfp4", ("generation",), "MoE nvfp4, phase(s) generation"),  # no NVFP4 wide-EP MoE data
+        ("gb200", 8, 8, "fp8_block", ("context",), "moe_ep=8"),  # wide-EP MoE rows at EP 2, 4, 16, 32, ...: not 8
+    ],
+)
+def test_ep_across_nodes_without_large_ep_data_is_refused(
+    gpu: str, attention_dp: int, moe_ep: int, moe_quant: str, phases: tuple[str, ...], missing: str
+) -> None:
+    with pytest.raises(AicCoverageError) as info:
+        AicStepTimes(
+            "deepseek-ai/DeepSeek-V3",
+            gpu,
+            attention_dp=attention_dp,
+            moe_tp=1,
+            moe_ep=moe_ep,
+            gemm_quant_mode="fp8" if moe_quant == "fp8_block" else moe_quant,
+            moe_quant_mode=moe_quant,
+            phases=phases,
+        )
+    message = str(info.value)
+    assert "no large-EP" in message and missing in message and "4 GPUs per node" in message and "\n" not in message
+
+
+def test_large_ep_is_only_for_ep_across_nodes() -> None:
+    assert large_ep_comm("Qwen/Qwen3-32B", "gb200", tp=8) is None  # dense
+    assert large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=4, moe_tp=1, moe_ep=4) is None  # one node
+    fp8 = {"moe_quant_mode": "fp8_block", "moe_tp": 1, "moe_ep": 16, "attention_dp": 16}
+    assert large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", phases=("context",), **fp8) == {"context": "deepep_ht"}
+    with pytest.raises(AicCoverageError, match="pure EP"):
+        large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=32, moe_tp=2, moe_ep=16)
+    with pytest.raises(AicCoverageError, match=r"cannot price EP across nodes .*'fp9'"):
+        large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=32, moe_tp=1, moe_ep=32, moe_quant_mode="fp9")
+    with pytest.raises(AicCoverageError, match="phases"):
+        AicStepTimes("qwen3-8b", "h200_sxm", phases=("decode",))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -161,17 +162,18 @@ def test_total_lines_cover_both_modes_and_kvbound() -> None:
 
 
 def test_disagg_row_replays_each_role_at_its_recorded_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2 prefill engines of attention-DP 16 / EP 16 and one decode engine of attention-DP 32 / EP 32 on GB200, FP8:
+    # a layout aiconfigurator has large-EP data for on both sides (an invented row, not a measurement)
     row = _disagg(
-        "dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483",
-        "db-dump/2026-04-27; config_id=483; silicon_concurrency=512; workflow_run_id=268",
+        "dsr1_gb200_sglang_fp8_disagg_1024x1024_c512",
+        "db-dump/2026-04-27; config_id=0; silicon_concurrency=512; workflow_run_id=0",
         "767.06",
         "14.68",
-        precision="fp4",
-        gemm_quant_mode="nvfp4",
-        moe_quant_mode="nvfp4",
-        prefill_num_workers="4",
-        prefill_attention_dp_size="4",
-        prefill_moe_ep_size="4",
+        gemm_quant_mode="fp8",
+        moe_quant_mode="fp8_block",
+        prefill_num_workers="2",
+        prefill_attention_dp_size="16",
+        prefill_moe_ep_size="16",
         decode_num_workers="1",
         decode_batch_size="16",
     )
@@ -186,12 +188,39 @@ def test_disagg_row_replays_each_role_at_its_recorded_layout(monkeypatch: pytest
     assert not skipped and len(out) == 1 and len(calls) == 1
     prefill, decode, kwargs = calls[0]
     assert isinstance(prefill.steps, AicStepTimes) and isinstance(decode.steps, AicStepTimes)
-    assert (prefill.workers, prefill.ranks, prefill.steps.tp, prefill.steps.moe_ep) == (4, 4, 1, 4)
+    assert (prefill.workers, prefill.ranks, prefill.steps.tp, prefill.steps.moe_ep) == (2, 16, 1, 16)
     assert (decode.workers, decode.ranks, decode.steps.tp, decode.steps.moe_ep) == (1, 32, 1, 32)
-    assert prefill.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 2)  # the MLA latent of one GPU's rank
+    # EP 16 and 32 span GB200 nodes (4 GPUs each): aiconfigurator's large-EP graph for the phase each role runs, with
+    # the FP8 KV its wide-EP MLA tables hold (SGLang's bf16 default where EP stays within a node)
+    assert prefill.steps.phases == ("context",) and prefill.steps.moe_comm_backend == {"context": "deepep_ht"}
+    assert decode.steps.phases == ("generation",) and decode.steps.moe_comm_backend == {"generation": "deepep_ll"}
+    assert prefill.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 1)  # the FP8 MLA latent of one GPU's rank
+    assert decode.kv_bytes_per_token == pytest.approx(61 * (512 + 64) * 1)
     assert prefill.link_bytes_per_s == pytest.approx(900e9)  # GB200 NVLink per GPU, one GPU per rank
     assert kwargs == {"isl": 1024, "osl": 1024, "concurrency": 512, "rounds": 10, "range_ratio": 0.8}
     assert out[0].row.mode == "disagg" and out[0].row.dataset == "silicon-sglang"
+
+
+def test_disagg_row_whose_ep_across_nodes_aiconfigurator_does_not_cover_is_not_run() -> None:
+    # config 483 as measured (NVFP4 MoE): aiconfigurator 0.12.0 has no NVFP4 wide-EP MoE data and refuses it
+    row = _disagg(
+        "dsr1_gb200_sglang_fp4_disagg_1024x1024_c512_cfg483",
+        "db-dump/2026-04-27; config_id=483; silicon_concurrency=512; workflow_run_id=268",
+        "767.06",
+        "14.68",
+        precision="fp4",
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        prefill_num_workers="4",
+        prefill_attention_dp_size="4",
+        prefill_moe_ep_size="4",
+        decode_num_workers="1",
+        decode_batch_size="16",
+    )
+    out, skipped = validate.disagg_rows([row], {})
+    assert out == [] and sum(skipped.values()) == 1
+    (reason,) = skipped
+    assert "decode (1, 32, 1, 32): no large-EP data for EP across nodes: MoE nvfp4" in reason
 
 
 def test_disagg_calibration_never_sees_the_row_or_its_twin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,3 +247,31 @@ def test_disagg_calibration_never_sees_the_row_or_its_twin(monkeypatch: pytest.M
     assert samples["4"] == 3  # b, c, d: neither a nor its twin
     assert samples["8"] == 4  # a, a-twin, c, d
     assert engine.calibration is None  # put back after each replay
+
+
+def test_aic_decode_estimate_is_the_decode_roles_static_run() -> None:
+    row = _disagg(
+        "b200_adp8",
+        "db-dump/2026-04-27; config_id=0; silicon_concurrency=128; workflow_run_id=0",
+        "900.0",
+        "28.0",
+        system="b200_sxm",
+        isl="1024",
+        osl="64",
+        gemm_quant_mode="fp8",
+        moe_quant_mode="fp8_block",
+        prefill_num_workers="1",
+        decode_num_workers="1",
+        decode_attention_dp_size="8",
+        decode_moe_ep_size="8",
+        decode_batch_size="16",
+    )
+    cache: dict[tuple[object, ...], AicStepTimes | str] = {}
+    out, failed = validate.aic_decode_estimate_rows([row], cache)
+    assert not failed and len(out) == 1
+    (engine,) = [e for e in cache.values() if isinstance(e, AicStepTimes)]
+    assert engine.phases == ("generation",) and engine.attention_dp == 8
+    expected = sum(engine.decode_s(16, 1024 + k) for k in range(1, 64)) / 63  # per-rank batch 16, contexts 1025…1087
+    assert out[0].sim_tpot_s == pytest.approx(expected)
+    assert math.isnan(out[0].sim_ttft_s) and math.isnan(out[0].sim_e2e_s)
+    assert out[0].dataset == "silicon-sglang-aic-estimate" and out[0].measured_tpot_s == pytest.approx(0.028)
