@@ -67,6 +67,7 @@ from pearl_sched.profiles.aic_engine import (
 from pearl_sched.sim.replay import (
     PDRole,
     ReplayError,
+    ReplayResult,
     replay_closed_loop,
     replay_disagg_closed_loop,
     replay_open_loop,
@@ -465,21 +466,23 @@ def calibrated_disagg_rows(disagg: list[DisaggReplayed]) -> list[Row]:
             finally:
                 for engine in engines.values():
                     engine.calibration = None
-            r = item.row
-            out.append(
-                Row(
-                    r.dataset + "-calibrated",
-                    r.mode,
-                    r.row_id,
-                    r.measured_ttft_s,
-                    r.measured_tpot_s,
-                    r.measured_e2e_s,
-                    res.ttft_s,
-                    res.tpot_s,
-                    res.e2e_s,
-                )
-            )
+            out.append(_calibrated_row(item.row, res))
     return out
+
+
+def _calibrated_row(row: Row, res: ReplayResult) -> Row:
+    """``row`` with a calibrated replay's predictions, under the dataset's ``-calibrated`` name."""
+    return Row(
+        row.dataset + "-calibrated",
+        row.mode,
+        row.row_id,
+        row.measured_ttft_s,
+        row.measured_tpot_s,
+        row.measured_e2e_s,
+        res.ttft_s,
+        res.tpot_s,
+        res.e2e_s,
+    )
 
 
 def _same_measurement(item: DisaggReplayed) -> tuple[object, ...]:
@@ -713,20 +716,7 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
                 )
             finally:
                 engine.calibration = None
-            r = item.row
-            out.append(
-                Row(
-                    r.dataset + "-calibrated",
-                    r.mode,
-                    r.row_id,
-                    r.measured_ttft_s,
-                    r.measured_tpot_s,
-                    r.measured_e2e_s,
-                    res.ttft_s,
-                    res.tpot_s,
-                    res.e2e_s,
-                )
-            )
+            out.append(_calibrated_row(item.row, res))
     return out
 
 
