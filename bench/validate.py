@@ -826,15 +826,7 @@ def unique_line(replayed: list[Replayed]) -> str:
         r = item.row
         seen.setdefault((item.engine.model_id, item.engine.gpu, item.isl, item.osl, item.concurrency,
                          r.measured_ttft_s, r.measured_tpot_s), r)  # fmt: skip
-    rows = list(seen.values())
-    if not rows:
-        return "validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows=0"
-    parts = []
-    for target in ("ttft", "tpot", "e2e"):
-        measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
-        sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
-        parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
-    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=agg rows={len(rows)} {' '.join(parts)}"
+    return _unique_mape_line("agg", list(seen.values()))
 
 
 def disagg_unique_line(disagg: list[DisaggReplayed]) -> str:
@@ -844,15 +836,19 @@ def disagg_unique_line(disagg: list[DisaggReplayed]) -> str:
         r = item.row
         seen.setdefault((item.decode_engine.model_id, item.decode_engine.gpu, item.isl, item.osl, item.concurrency,
                          round(r.measured_ttft_s, 6), round(r.measured_tpot_s, 6)), r)  # fmt: skip
-    rows = list(seen.values())
+    return _unique_mape_line("disagg", list(seen.values()))
+
+
+def _unique_mape_line(mode: str, rows: list[Row]) -> str:
+    """The ``validate-unique`` line of ``mode``: TTFT, TPOT and E2E MAPE over ``rows`` (one per measurement)."""
     if not rows:
-        return "validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows=0"
+        return f"validate-unique dataset=silicon-sglang(+kvbound) mode={mode} rows=0"
     parts = []
     for target in ("ttft", "tpot", "e2e"):
         measured = np.array([getattr(r, f"measured_{target}_s") for r in rows])
         sim = np.array([getattr(r, f"sim_{target}_s") for r in rows])
         parts.append(f"{target}_mape_pct={100 * mean_absolute_percentage_error(measured, sim):.1f}")
-    return f"validate-unique dataset=silicon-sglang(+kvbound) mode=disagg rows={len(rows)} {' '.join(parts)}"
+    return f"validate-unique dataset=silicon-sglang(+kvbound) mode={mode} rows={len(rows)} {' '.join(parts)}"
 
 
 def total_lines(rows: list[Row]) -> list[str]:
