@@ -298,3 +298,24 @@ def test_every_qwen35_gap_row_repeats_an_inferencemax_measurement() -> None:
     gap = {r["id"] for r in rows if validate.harness_of(r) is validate.UNRECORDED}
     qwen35_gap = {r["id"] for r in rows if r["id"] in gap and r["model_path"] == "Qwen/Qwen3.5-397B-A17B"}
     assert repeats == qwen35_gap and len(repeats) == 76
+
+
+class FakeHybridEngine:
+    """A named fake with the one method server_memory calls: records which radix setting it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    def sglang_hybrid_pool(self, *, disable_radix_cache: bool) -> object:
+        from pearl_sched.profiles.aic_engine import HybridPool
+
+        self.asked.append(disable_radix_cache)
+        return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
+
+
+def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
+    engine = FakeHybridEngine()
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    assert engine.asked == [True, False]  # one pool per engine and setting
