@@ -833,13 +833,15 @@ def _hysteresis(
     gates = "; ".join(reasons)
     if solves.mode is None:  # the state's mode (worked out once per pass: a walk over every worker)
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
-    survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
+    survivor = [c.current_role is not None and c.current_role in c.eligible for c in problem.classes]
     changes_survivor = any(
-        n[ROLES.index(c.current_role)] != c.size
-        for c, n in zip(problem.classes, best.solution.counts, strict=True)
-        if c in survivors
+        n[ROLES.index(c.current_role)] != c.size  # a survivor has a current role
+        for c, n, kept in zip(problem.classes, best.solution.counts, survivor, strict=True)
+        if kept
     )
-    keep_problem = problem.with_classes([replace(c, fixed=True) if c in survivors else c for c in problem.classes])
+    keep_problem = problem.with_classes(
+        [replace(c, fixed=True) if kept else c for c, kept in zip(problem.classes, survivor, strict=True)]
+    )
     keep = best if not changes_survivor else solves.solve(keep_problem)
     if keep is None:
         lost = [c for c in problem.classes if c.current_role is not None and c.current_role not in c.eligible]
@@ -976,7 +978,8 @@ def _join(head: str, tail: str) -> str:
 
 def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts, policy: PolicyConfig) -> _Classified:
     """Step 1: slot categories, classes of interchangeable slots, and the problem over the base slots."""
-    slots = _categorise(state, costs, policy)
+    index = state.gpu_index()  # one walk over the GPUs for both passes over the slots
+    slots = _categorise(state, index, costs, policy)
     in_use = sum(1 for s in slots if s.role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
@@ -985,7 +988,7 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
     if state.worker_sizes is None:
         classes, category = _classes(state, model, slots, costs, n_ref)
     else:
-        sized = _sized(state, model, slots, costs, n_ref, state.worker_sizes)
+        sized = _sized(state, index, model, slots, costs, n_ref, state.worker_sizes)
         classes, category, pools, layouts, gpu_pool = sized
     workload = state.workload
     base = ClassProblem(
@@ -1014,11 +1017,12 @@ def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
     return policy.rank_by_predict and getattr(model, "memory_aware", False) is True
 
 
-def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
-    """Each slot's category, and the reason when it is out."""
+def _categorise(
+    state: ClusterState, index: Mapping[str, GPU], costs: TransitionCosts, policy: PolicyConfig
+) -> list[_Slot]:
+    """Each slot's category, and the reason when it is out (``index``: ``state.gpu_index()``)."""
     slots = []
     budget = state.budget
-    index = state.gpu_index()
     for worker in state.workers:
         ids = worker.gpu_ids
         gpus = [index[ids[0]]] if len(ids) == 1 else [index[g] for g in ids]
@@ -1135,6 +1139,7 @@ def _pool_category(zone: Zone) -> _Category:
 
 def _sized(
     state: ClusterState,
+    index: Mapping[str, GPU],
     model: MakespanModel,
     slots: list[_Slot],
     costs: TransitionCosts,
@@ -1155,8 +1160,8 @@ def _sized(
     class of new workers stands for the workers the pool's GPUs could form: base on dedicated GPUs, new
     preemptible (so behind the expansion gate) on preemptible ones, whether those GPUs serve now or not (a
     category taken from the slots would change with each transition, and a plan's result would re-plan to more).
+    ``index`` is ``state.gpu_index()``.
     """
-    index = state.gpu_index()
     limits = sizes.model
     gpu_pool: dict[str, str] = {}
     pool_category: dict[str, _Category] = {}
@@ -1207,7 +1212,7 @@ def _sized(
     groups: dict[tuple[str, ...], list[_Slot]] = {}
     for kind, members in by_kind.items():
         s = members[0]
-        groups[s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s), s.category.value, kind[-1]] = members
+        groups[s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s), s.category.value, str(kind[-1])] = members
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
     for key in sorted(groups):
