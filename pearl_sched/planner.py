@@ -14,8 +14,8 @@ globals. :func:`plan` runs five steps, each a function here:
    PEARL Eq. 7);
 4. :func:`_hysteresis` — solve again with every surviving slot fixed to its current role; a change of ratio
    or mode must beat its threshold against that, unless keeping is infeasible (a forced switch);
-5. :func:`_assemble` — map class counts to slots, emit ordered actions, predict the makespan and fill the
-   :class:`~pearl_sched.plans.Plan`.
+5. :func:`_target_and_actions` and :func:`_assemble` — map class counts to slots, emit ordered actions, predict
+   the makespan and fill the :class:`~pearl_sched.plans.Plan`.
 
 :func:`_settle` then plans the state the actions lead to; if that asks for more, the plan goes straight to
 the settled target, so re-planning a plan's result asks for nothing (docs/reliability.md).
@@ -835,7 +835,7 @@ def _hysteresis(
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
     survivor = [c.current_role is not None and c.current_role in c.eligible for c in problem.classes]
     changes_survivor = any(
-        n[ROLES.index(c.current_role)] != c.size  # a survivor has a current role
+        n[ROLES.index(c.current_role)] != c.size
         for c, n, kept in zip(problem.classes, best.solution.counts, survivor, strict=True)
         if kept
     )
