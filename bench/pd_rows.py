@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print one ``pd-row`` line per replayed disaggregated row (KV-bound ones unless ``--all``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="every replayed disaggregated row, not only the KV-bound")
-    parser.add_argument("--rows", type=int, default=0, help="only the first N rows of the silicon file (0: all)")
+    parser.add_argument("--rows", type=int, default=0, help="only the first N replayed rows (0: all)")
     args = parser.parse_args(argv)
     rows = [r for r in sglang_silicon_rows() if r["mode"] == "disagg" and recorded_concurrency(r) is not None]
     by_id = {r["id"]: r for r in rows}
