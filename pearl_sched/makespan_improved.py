@@ -23,7 +23,10 @@ terms:
   what decoding leaves free, ``retention = min(1, (M − n_w·f) / (idle_w·c))``; the router's policy decides whether
   the next turn lands there (cache-aware: always; least-load or round-robin: 1/N). A colocated turn prefills
   ΔL + (1 − h)·c tokens. A PD prefill worker never holds the tokens generated on the decode worker, so it prefills
-  ΔL + r + (1 − h_P)·(c − r), and the *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses the link each turn
+  ΔL + r + (1 − h_P)·(c − r); its cache is reused once a cycle, in nearly the order it was filled, so LRU keeps
+  h_P = max(0, 1 − (1 − ρ)/s) of it (Che's approximation; ρ the share that fits, s the cycle's spread from the
+  turn's decode length and tool call, d/C = n/B), not ρ. The *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses
+  the link each turn
   (h_D > 0 only with the decode radix cache); a trajectory's first turn has none of these (its prompt is the
   first-turn burst), so they count for the (S − 1)/S later turns. A measured hit rate
   (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``) corrects the structural one by their ratio
@@ -33,7 +36,9 @@ terms:
   each re-prefilling what it had generated and what the cache lost; a measured rate
   (``sglang:num_retracted_requests_total`` per turn) replaces the estimate;
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
-  engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes.
+  engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
+- **decode cost by context** (opt-in, ``ServingParams.decode_cost_by_context``): a sequence's b grows with the KV it
+  reads, b·(c + r/2)/c̄ for b measured at the mean context c̄.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
