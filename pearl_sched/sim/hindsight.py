@@ -39,6 +39,16 @@ by configuration (two histories that reach the same slot roles keep only the one
 held to the end) and only the ``B`` best survive; that is a pruned search — it is **not** a bound, only a
 strong hindsight reference, and the cost lines say so.
 
+Held to the end, a state is judged as if nothing later were admitted or borrowed, so a configuration that only
+pays once the GPUs joining later serve too loses to one that is better alone (swe-qwen3-30b-a3b ``attention-dp``:
+beam 1 chose ``5P2D`` over the colocated ``7C`` that pearl_sched ran 55 s faster with the later admissions). With
+``continuation=True`` each state is also run on by a cheap continuation — at each later decision point every
+usable worker, the idle training GPUs borrowed, the running mode at the nearest searched split (:meth:`follow`,
+one of the actions the search itself offers there) — and judged by the better of the two plans; a continued plan
+is a whole plan of the action space, so it can be the step's plan too. It costs one more interval simulation per
+state; it is still pruned (``,continued`` in the cost line), not a bound. A scenario declares it
+(``hindsight_search``, :func:`~pearl_sched.sim.experiment.hindsight_search`); the shipped default is beam 1 held.
+
 What it bounds, and what keeps it from being an exact bound on a whole segment:
 
 * per step, not jointly over steps: each step is searched from the state its own previous plan left, so a plan
