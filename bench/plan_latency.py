@@ -31,8 +31,17 @@ by predict"); its lines end in ``ranking=predict``.
 run under one load: each case's line for the working tree (``code=worktree``) is followed by REF's
 (``code=<REF>``), and a last line counts the cases whose plans are the same (``plan_latency_compare``).
 
+``--breakdown`` adds, after each case on the default backend, where a call's CPU time goes (the mean over the
+repeats), the solver's share measured around each HiGHS solve (model conversion, ``passModel`` and ``run``)::
+
+    plan_latency_breakdown gpus=<N> types=<1|2> sizes=<worker sizes> milps=<MILPs per call> highs_runs=<n>
+        highs_cpu_ms=<x> largest_run_ms=<y> other_cpu_ms=<z> cpu_ms=<total>
+
+``other_cpu_ms`` is everything else: classifying slots, PEARL's enumeration as each MILP's start, writing the
+models, placing workers, building the plan. It is the most a faster planner around the same MILPs could save.
+
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
-    [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict]
+    [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict] [--breakdown]
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.request import PlanRequest
 from pearl_sched.shared_data import DATA_ENV, default_data
-from pearl_sched.solvers import available_backends
+from pearl_sched.solvers import available_backends, get_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_BACKEND_BUDGET_S = 20.0
@@ -152,6 +161,49 @@ def measure(
     return times, cpu, result
 
 
+def breakdown(
+    state: ClusterState, repeats: int, model: MakespanModel, costs: TransitionCosts | None, policy: PolicyConfig | None
+) -> dict[str, float]:
+    """Per call on the default backend (HiGHS): MILPs, HiGHS solves and their CPU ms, and the rest (docstring)."""
+    from pearl_sched import planner
+    from pearl_sched.solvers import highs
+
+    runs: list[float] = []
+    milps = [0]
+    solve, solve_class_problem = highs.HighsBackend.solve, planner.solve_class_problem
+
+    def timed_solve(self: highs.HighsBackend, lp: object, *, time_limit_s: float) -> object:
+        start = time.process_time()
+        try:
+            return solve(self, lp, time_limit_s=time_limit_s)  # type: ignore[arg-type]
+        finally:
+            runs.append((time.process_time() - start) * 1000)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        milps[0] += 1
+        return solve_class_problem(*args, **kwargs)  # type: ignore[arg-type]
+
+    plan(state, model, time_limit_s=30.0, costs=costs, policy=policy)  # warm, as measure()'s first call is
+    highs.HighsBackend.solve = timed_solve  # type: ignore[assignment,method-assign]
+    planner.solve_class_problem = counted  # type: ignore[assignment]
+    try:
+        start = time.process_time()
+        for _ in range(repeats):
+            plan(state, model, time_limit_s=30.0, costs=costs, policy=policy)
+        total = (time.process_time() - start) * 1000
+    finally:
+        highs.HighsBackend.solve = solve  # type: ignore[method-assign]
+        planner.solve_class_problem = solve_class_problem
+    return {
+        "milps": milps[0] / repeats,
+        "highs_runs": len(runs) / repeats,
+        "highs_cpu_ms": sum(runs) / repeats,
+        "largest_run_ms": max(runs, default=0.0),
+        "other_cpu_ms": (total - sum(runs)) / repeats,
+        "cpu_ms": total / repeats,
+    }
+
+
 def plan_fingerprint(result: Plan) -> str:
     """The plan's fingerprint without the solver's bookkeeping (module docstring), 12 hex digits."""
     data = result.model_dump(mode="json")
@@ -208,6 +260,9 @@ def main() -> None:
     parser.add_argument("--worker-sizes", default="one,mixed", help="one (sizes=1), mixed (three per role), or both")
     parser.add_argument("--compare", metavar="REF", help="also measure the code at this git revision")
     parser.add_argument(
+        "--breakdown", action="store_true", help="after each default-backend case, where its CPU time goes"
+    )
+    parser.add_argument(
         "--rank-by-predict",
         action="store_true",
         help="plan() with PolicyConfig(rank_by_predict=True) (lines end in ranking=predict; not with --compare)",
@@ -249,12 +304,21 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
                 )
                 if tree is None:
                     print(line, flush=True)
-                    continue
-                theirs = reference.get((str(types), label, backend), "plan_latency missing")
-                print(f"{line} code=worktree", flush=True)
-                print(f"{theirs} code={args.compare}", flush=True)
-                compared += 1
-                same += line.split(" fp=")[1] == theirs.split(" fp=")[-1]
+                else:
+                    theirs = reference.get((str(types), label, backend), "plan_latency missing")
+                    print(f"{line} code=worktree", flush=True)
+                    print(f"{theirs} code={args.compare}", flush=True)
+                    compared += 1
+                    same += line.split(" fp=")[1] == theirs.split(" fp=")[-1]
+                if args.breakdown and backend == "auto" and get_backend("auto").name == "highs":
+                    parts = breakdown(state, args.repeats, model, costs, policy)
+                    print(
+                        f"plan_latency_breakdown gpus={gpus} types={types} sizes={label} milps={parts['milps']:.0f}"
+                        f" highs_runs={parts['highs_runs']:.0f} highs_cpu_ms={parts['highs_cpu_ms']:.1f}"
+                        f" largest_run_ms={parts['largest_run_ms']:.1f} other_cpu_ms={parts['other_cpu_ms']:.1f}"
+                        f" cpu_ms={parts['cpu_ms']:.1f}{suffix}",
+                        flush=True,
+                    )
     if tree is not None:
         print(f"plan_latency_compare ref={args.compare} cases={compared} same_plans={same}")
 

@@ -19,10 +19,12 @@ are fitted the way the planners are in the simulated cluster, from the telemetry
 
 Lines, per configuration and per (scenario, GPUs)::
 
-    predict scenario=<s> gpus=<g> config=<e.g. 2P6D> sim_s=<x> pearl_s=<x> improved_s=<x> ...
+    predict scenario=<s> gpus=<g> config=<2P6D> sim_s=<x> pearl_s=<x> improved_s=<x> ... sim_hit=<x> improved_hit=<x>
     predict_mape scenario=<s> gpus=<g> model=<name> mape_pct=<x> best_pick_gap_pct=<y> n=<configs>
 
 ``best_pick_gap_pct``: how much slower (simulated) the configuration the predictor ranks first is than the fastest.
+``sim_hit`` / ``improved_hit``: the prefill side's cached share of prompt tokens, simulated and as ``improved``
+predicts it (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``).
 
 **Decisions**: at each GPU count, what ``plan()`` chooses (``plan_resident`` on a cluster of that many dedicated GPUs
 and no training GPUs to lend, no transition costs, as bench/reproduce.py's ratio selection does) with each predictor,
@@ -183,7 +185,8 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
             print(
                 f"predict scenario={name} gpus={gpus} config={label} sim_s={r.makespan_s:.0f} "
                 + " ".join(f"{m}_s={v:.0f}" for m, v in values.items())
-                + f" sim_hit={hit:.3f} retractions={r.retractions}",
+                + f" sim_hit={hit:.3f} improved_hit={corrected.token_hit_rate(workload, c):.3f}"
+                + f" retractions={r.retractions}",
                 flush=True,
             )
         decisions(name, setting, gpus, runs, params, ran)

@@ -23,7 +23,10 @@ terms:
   what decoding leaves free, ``retention = min(1, (M − n_w·f) / (idle_w·c))``; the router's policy decides whether
   the next turn lands there (cache-aware: always; least-load or round-robin: 1/N). A colocated turn prefills
   ΔL + (1 − h)·c tokens. A PD prefill worker never holds the tokens generated on the decode worker, so it prefills
-  ΔL + r + (1 − h_P)·(c − r), and the *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses the link each turn
+  ΔL + r + (1 − h_P)·(c − r); its cache is reused once a cycle, in nearly the order it was filled, so LRU keeps
+  h_P = max(0, 1 − (1 − ρ)/s) of it (Che's approximation; ρ the share that fits, s the cycle's spread from the
+  turn's decode length and tool call, d/C = n/B), not ρ. The *whole* context's KV, ΔL + (1 − h_D)·c tokens, crosses
+  the link each turn
   (h_D > 0 only with the decode radix cache); a trajectory's first turn has none of these (its prompt is the
   first-turn burst), so they count for the (S − 1)/S later turns. A measured hit rate
   (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``) corrects the structural one by their ratio
@@ -33,7 +36,9 @@ terms:
   each re-prefilling what it had generated and what the cache lost; a measured rate
   (``sglang:num_retracted_requests_total`` per turn) replaces the estimate;
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
-  engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes.
+  engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
+- **decode cost by context** (opt-in, ``ServingParams.decode_cost_by_context``): a sequence's b grows with the KV it
+  reads, b·(c + r/2)/c̄ for b measured at the mean context c̄.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
@@ -170,6 +175,11 @@ class ServingParams(Frozen):
         "crosses the link each turn; False: PEARL's (only ΔL is prefilled and sent)",
     )
     decode_radix_cache: bool = Field(default=False, description="--disaggregation-decode-enable-radix-cache")
+    decode_cost_by_context: bool = Field(
+        default=False,
+        description="Opt-in: a sequence's decode cost grows with its context (b measured at the mean context, scaled "
+        "by the KV it reads); False: PEARL's b for every context (docs/makespan.md, 'Decode cost by context')",
+    )
     enable_mixed_chunk: bool = Field(default=False, description="--enable-mixed-chunk")
     mixed_step_factor: PosFloat = Field(
         default=1.0, description="φ = mixed_s / (prefill_s + decode_s) of the step-time engine at the operating point"
@@ -197,6 +207,11 @@ class ImprovedParams(Frozen):
         default=0.0, description="t_c: added prefill seconds per token per token of cached context"
     )
     serving: ServingParams = Field(default_factory=ServingParams)
+    generated_tokens_cv: NonNegFloat = Field(
+        default=1.0,
+        description="Coefficient of variation of the tokens a turn generates (the orchestrator's logs of a batch); "
+        "1: memoryless (geometric) output lengths",
+    )
 
 
 class CycleState(Frozen):
@@ -473,6 +488,35 @@ class ImprovedMakespanModel:
             return 1.0
         return min(1.0, max(0.0, free_tokens) / (idle_per_worker * context))
 
+    def _cycle_spread(self, workload: Workload, decoding_share: float, iteration_s: float) -> float:
+        """Coefficient of variation of one trajectory's cycle (decode, environment, queueing, own prefill).
+
+        The cycle varies with the turn's decode time d (the tokens generated, CV ``generated_tokens_cv``) and its
+        environment call (σ_env); queueing and prefill are shared. By Little's law d/C = n/B, the decoding share.
+        """
+        d = workload.generated_tokens_per_turn * iteration_s
+        if decoding_share <= 0 or d <= 0:
+            return 0.0
+        return math.hypot(self.params.generated_tokens_cv, workload.env_time_std_s / d) * min(decoding_share, 1.0)
+
+    @staticmethod
+    def _lru_hit(share: float, spread: float) -> float:
+        """LRU hit probability of a prefix reused once a cycle, with ``share`` of the reused prefixes fitting.
+
+        Che's approximation for renewal requests: the cache holds what was used within T_c, the hit probability
+        is P(R < T_c) for the reuse interval R, and the held share is G(T_c) = ∫₀^T_c P(R > x) dx / E[R]. For R a
+        shifted exponential of mean C and coefficient of variation s ≤ 1 (a fixed part C·(1 − s) and a memoryless
+        one), G(T) = (1 − s) + s·P(R < T) beyond the shift, so h = max(0, 1 − (1 − share)/s): the share itself
+        when reuse is memoryless (s ≥ 1, the independent-reference estimate), none below a full fit when it is
+        periodic (s → 0), as LRU under a cyclic scan.
+        """
+        if share >= 1.0:
+            return 1.0
+        s = min(spread, 1.0)
+        if s <= 0:
+            return 0.0
+        return max(0.0, 1.0 - (1.0 - share) / s)
+
     def _held(self, workload: Workload, mode: Mode, context: float) -> float:
         """Tokens of the previous context the prefill side can have cached (PD: never the decode-generated ones)."""
         if mode is Mode.DISAGGREGATED and self.params.serving.pd_whole_context:
@@ -500,9 +544,12 @@ class ImprovedMakespanModel:
             free = m - n / decode_workers * f
             hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
         else:
-            hit = self._retention(pools.kv_tokens[Role.PREFILL], b / capacity.prefill, held) * self._router(
-                capacity.prefill
-            )
+            # The prefill worker's cache is reused once a cycle, in nearly the order it was filled: LRU keeps far
+            # less than the share that fits when the cycle is regular (docs/makespan.md, "PD prefill-side hits").
+            share = self._retention(pools.kv_tokens[Role.PREFILL], b / capacity.prefill, held)
+            iteration_s = pools.iteration_s[Role.DECODE] + self._per_seq_s(workload, c) * n / decode_workers
+            spread = self._cycle_spread(workload, n / b if b > 0 else 1.0, iteration_s)
+            hit = self._lru_hit(share, spread) * self._router(capacity.prefill)
             if serving.decode_radix_cache:
                 free = m - n / decode_workers * f
                 decode_hit = self._retention(free, (b - n) / decode_workers, c) * self._router(decode_workers)
@@ -589,6 +636,20 @@ class ImprovedMakespanModel:
         return self._corrections[key]
 
     # -- per-token costs ----------------------------------------------------------------------------------------
+    def _per_seq_s(self, workload: Workload, context: float) -> float:
+        """The decode cost b of a sequence at a turn's context: PEARL's b (at the mean context c̄) scaled by its KV.
+
+        A decode iteration's per-sequence cost is reading that sequence's KV (attention is memory-bound; the
+        weights are A), so a sequence at context c + r/2 costs b·(c + r/2)/c̄. PEARL's b where
+        ``ServingParams.decode_cost_by_context`` is off (PEARL's limit), the batch has no KV size (nothing to read)
+        or its mean context is unknown (under a token).
+        """
+        b = self._pearl.reference.decode_per_seq_s
+        mean = workload.mean_context_tokens
+        if not self.params.serving.decode_cost_by_context or mean < 1 or workload.kv_bytes_per_token <= 0:
+            return b
+        return b * (context + workload.generated_tokens_per_turn / 2) / mean
+
     def _prefill_per_token_s(self, workload: Workload) -> float:
         ref = self._pearl.reference
         return ref.prefill_s_per_token + self.params.prefill_s_per_token_per_context * workload.mean_context_tokens
@@ -621,7 +682,6 @@ class ImprovedMakespanModel:
         return [self._solve(workload, capacity, ph, corrected=corrected) for ph in self.phases(workload)]
 
     def _solve(self, workload: Workload, capacity: PoolCapacity, phase: Phase, *, corrected: bool) -> CycleState:
-        ref = self._pearl.reference
         p = self.params.pearl
         serving = self.params.serving
         b_total = phase.trajectories
@@ -641,6 +701,7 @@ class ImprovedMakespanModel:
         decode_role = Role.COLOCATED if colocated else Role.DECODE
         n_max = min(float(b_total), decode_capacity * pools.kv_tokens[decode_role] / footprint)
         fixed_iteration_s = pools.iteration_s[decode_role]
+        per_seq_s = self._per_seq_s(workload, phase.context)
 
         def core(n: float) -> tuple[float, float, float, float, _Flow]:
             """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
@@ -648,7 +709,7 @@ class ImprovedMakespanModel:
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
             own_prefill = x * t_p + (p.switch_overhead_s if colocated else 0.0)
-            plain = fixed_iteration_s + ref.decode_per_seq_s * n / decode_capacity
+            plain = fixed_iteration_s + per_seq_s * n / decode_capacity
             stolen = 0.0
             if colocated:
                 # Prefill-first: the decode batch waits while the worker prefills, W seconds per cycle, so
@@ -727,7 +788,7 @@ class ImprovedMakespanModel:
         for ph in self.phases(workload):
             b = ph.trajectories
             per_worker = min(b / capacity, m / self._footprint(workload, mode, ph.context))
-            total += a * b / (capacity * per_worker) + ref.decode_per_seq_s * b / capacity
+            total += a * b / (capacity * per_worker) + self._per_seq_s(workload, ph.context) * b / capacity
         return s * r * total / PHASES
 
     def _prefill_bound_s(self, workload: Workload, capacity: float, flows: list[_Flow], mode: Mode) -> float:
@@ -746,7 +807,6 @@ class ImprovedMakespanModel:
 
     def _quick_flows(self, workload: Workload, capacity: PoolCapacity) -> list[_Flow]:
         """Each phase's flow at n without the fixed point (the MILP surrogate): the no-queue decoding share."""
-        ref = self._pearl.reference
         pools = self._pools(workload, capacity)
         capacity = pools.capacity
         role = Role.COLOCATED if capacity.mode is Mode.COLOCATED else Role.DECODE
@@ -756,7 +816,7 @@ class ImprovedMakespanModel:
         m = pools.kv_tokens[role]
         flows = []
         for ph in self.phases(workload):
-            d = r * (pools.iteration_s[role] + ref.decode_per_seq_s * ph.trajectories / decode)
+            d = r * (pools.iteration_s[role] + self._per_seq_s(workload, ph.context) * ph.trajectories / decode)
             n = ph.trajectories * d / (d + workload.env_time_per_turn_s + own)
             n = min(n, decode * m / self._footprint(workload, capacity.mode, ph.context))
             flows.append(self._flow(workload, capacity, n, ph))

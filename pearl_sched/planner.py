@@ -14,8 +14,8 @@ globals. :func:`plan` runs five steps, each a function here:
    PEARL Eq. 7);
 4. :func:`_hysteresis` — solve again with every surviving slot fixed to its current role; a change of ratio
    or mode must beat its threshold against that, unless keeping is infeasible (a forced switch);
-5. :func:`_assemble` — map class counts to slots, emit ordered actions, predict the makespan and fill the
-   :class:`~pearl_sched.plans.Plan`.
+5. :func:`_target_and_actions` and :func:`_assemble` — map class counts to slots, emit ordered actions, predict
+   the makespan and fill the :class:`~pearl_sched.plans.Plan`.
 
 :func:`_settle` then plans the state the actions lead to; if that asks for more, the plan goes straight to
 the settled target, so re-planning a plan's result asks for nothing (docs/reliability.md).
@@ -35,7 +35,7 @@ from typing import NamedTuple
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
 from pearl_sched.makespan import MakespanModel, PoolCapacity, SizeCount
-from pearl_sched.plans import Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
+from pearl_sched.plans import Action, Decision, DecisionKind, Plan, PolicyState, SolverInfo, canonical_json
 from pearl_sched.policies import (
     GateDecision,
     borrow_can_pass,
@@ -399,10 +399,13 @@ def plan(
             seen = classified[id(at)] = (at, _classify(at, model, costs, policy))
         return seen[1]
 
-    def once(at: ClusterState) -> Plan:
-        return _plan_once(at, model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
+    def once(at: ClusterState, *, settle_check: bool = False) -> Plan | None:
+        args = (model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
+        return _plan_once(at, *args, settle_check=settle_check)
 
-    return _settle(state, model, once(state), once, classify, label, digest, pstate, policy)
+    first = once(state)
+    assert first is not None  # only a settle check answers None
+    return _settle(state, model, first, once, classify, label, digest, pstate, policy)
 
 
 def _plan_once(
@@ -416,8 +419,14 @@ def _plan_once(
     time_limit_s: float,
     label: str,
     digest: str,
-) -> Plan:
-    """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1)."""
+    *,
+    settle_check: bool = False,
+) -> Plan | None:
+    """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1).
+
+    With ``settle_check`` (:func:`_settle` planning the state a plan leads to), a plan with no actions is not
+    assembled: None says the state is settled, which is all :func:`_settle` reads of such a plan.
+    """
     solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=_ranker(model, state.workload, policy))
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
@@ -437,7 +446,10 @@ def _plan_once(
     if best is None:
         raise _diagnose(problem.with_classes(classified.classes), solves)
     decision, chosen = _hysteresis(state, problem, best, solves, policy, reasons)  # step 4
-    return _assemble(  # step 5
+    target, actions = _target_and_actions(state, classified, problem, chosen.solution.counts)  # step 5
+    if settle_check and not actions:
+        return None
+    return _assemble(
         state,
         model,
         classified,
@@ -445,6 +457,8 @@ def _plan_once(
         chosen,
         decision,
         solves,
+        target,
+        actions,
         backend=label,
         digest=digest,
         pstate=pstate,
@@ -458,7 +472,7 @@ def _settle(
     state: ClusterState,
     model: MakespanModel,
     first: Plan,
-    once: Callable[[ClusterState], Plan],
+    once: Callable[..., Plan | None],
     classify: Callable[[ClusterState], _Classified],
     label: str,
     digest: str,
@@ -471,14 +485,15 @@ def _settle(
     from; once a transition is paid, the state after it can pass a gate the state before did not (an admission
     pause already paid makes borrowing worth it). So the actions are applied and the result planned again; when
     that asks for more, the plan goes straight to its target from ``state`` (one transition, not two), and is
-    checked again, at most :data:`_SETTLE_STEPS` times.
+    checked again, at most :data:`_SETTLE_STEPS` times. ``once(at, settle_check=True)`` plans ``at`` and answers
+    None when that plan has no actions (it is then not assembled).
     """
     current = first
     for _ in range(_SETTLE_STEPS):
         if not current.actions:
             return current
-        after = once(apply_actions(state, current.actions))
-        if not after.actions:
+        after = once(apply_actions(state, current.actions), settle_check=True)
+        if after is None or not after.actions:
             return current
         composed = _compose(state, model, current, after, classify(state), label, digest, pstate, policy)
         if composed is None:
@@ -522,6 +537,7 @@ def _compose(
     decision = Decision(
         kind=kind, reason=f"{first.decision.reason}; then, with that transition paid: {then.decision.reason}"
     )
+    target, actions = _target_and_actions(state, classified, problem, solution.counts)
     solves = _SolveContext(
         first.solver.backend,
         1.0,
@@ -540,6 +556,8 @@ def _compose(
         _Solved(solution, None),
         decision,
         solves,
+        target,
+        actions,
         backend=label,
         digest=digest,
         pstate=pstate,
@@ -815,13 +833,15 @@ def _hysteresis(
     gates = "; ".join(reasons)
     if solves.mode is None:  # the state's mode (worked out once per pass: a walk over every worker)
         return Decision(kind=DecisionKind.INITIAL, reason=_join("initial configuration", gates)), best
-    survivors = [c for c in problem.classes if c.current_role is not None and c.current_role in c.eligible]
+    survivor = [c.current_role is not None and c.current_role in c.eligible for c in problem.classes]
     changes_survivor = any(
         n[ROLES.index(c.current_role)] != c.size
-        for c, n in zip(problem.classes, best.solution.counts, strict=True)
-        if c in survivors
+        for c, n, kept in zip(problem.classes, best.solution.counts, survivor, strict=True)
+        if kept
     )
-    keep_problem = problem.with_classes([replace(c, fixed=True) if c in survivors else c for c in problem.classes])
+    keep_problem = problem.with_classes(
+        [replace(c, fixed=True) if kept else c for c, kept in zip(problem.classes, survivor, strict=True)]
+    )
     keep = best if not changes_survivor else solves.solve(keep_problem)
     if keep is None:
         lost = [c for c in problem.classes if c.current_role is not None and c.current_role not in c.eligible]
@@ -851,12 +871,14 @@ def _assemble(
     chosen: _Solved,
     decision: Decision,
     solves: _SolveContext,
+    target: Mapping[str, Role | None],
+    actions: tuple[Action, ...],
     *,
     backend: str,
     digest: str,
     pstate: PolicyState,
 ) -> Plan:
-    """Step 5: slots for the class counts, ordered actions, the predicted makespan and the plan itself."""
+    """Step 5: the plan itself, from the slots and actions of :func:`_target_and_actions` and the prediction."""
     solution = chosen.solution
     workload = state.workload
     rho = workload.unfinished_fraction
@@ -867,19 +889,6 @@ def _assemble(
             "expanded": any(c.pauses_admission and sum(n) > 0 for c, n in pairs),
         }
     )
-    workers = {w.id: w for w in state.workers}
-    target = assign_slots(problem, solution.counts, workers)
-    slot_reasons = {s.worker.id: s.reason for s in classified.slots if s.reason}
-    if classified.layouts is None:
-        actions = build_actions(state, target, slot_reasons)
-    else:
-        regrouping = place_new_workers(state, problem, solution.counts, target, classified.layouts)
-        for old in regrouping.dissolved:
-            target.pop(old)
-        for pool in regrouping.repacked_pools:
-            logger.warning("pool %s repacked: its surviving workers restart on the new layout", pool)
-        target.update({new.worker_id: new.role for new in regrouping.new_workers})
-        actions = build_actions(state, target, slot_reasons, regrouping)
     breakdown = model.predict(workload, _pool_capacity(solution, problem))
     totals = [sum(n[i] for n in solution.counts) for i in range(3)]
     gpus_used = sum(c.tp * sum(n) for c, n in pairs)
@@ -919,6 +928,24 @@ def _assemble(
     )
 
 
+def _target_and_actions(
+    state: ClusterState, classified: _Classified, problem: ClassProblem, counts: Counts
+) -> tuple[dict[str, Role | None], tuple[Action, ...]]:
+    """Step 5's slots and actions: each slot's target role for the class counts, and the ordered actions."""
+    workers = {w.id: w for w in state.workers}
+    target = assign_slots(problem, counts, workers)
+    slot_reasons = {s.worker.id: s.reason for s in classified.slots if s.reason}
+    if classified.layouts is None:
+        return target, build_actions(state, target, slot_reasons)
+    regrouping = place_new_workers(state, problem, counts, target, classified.layouts)
+    for old in regrouping.dissolved:
+        target.pop(old)
+    for pool in regrouping.repacked_pools:
+        logger.warning("pool %s repacked: its surviving workers restart on the new layout", pool)
+    target.update({new.worker_id: new.role for new in regrouping.new_workers})
+    return target, build_actions(state, target, slot_reasons, regrouping)
+
+
 def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
     """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
     cap = solution.capacity
@@ -951,7 +978,8 @@ def _join(head: str, tail: str) -> str:
 
 def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts, policy: PolicyConfig) -> _Classified:
     """Step 1: slot categories, classes of interchangeable slots, and the problem over the base slots."""
-    slots = _categorise(state, costs, policy)
+    index = state.gpu_index()  # one walk over the GPUs for both passes over the slots
+    slots = _categorise(state, index, costs, policy)
     in_use = sum(1 for s in slots if s.role is not None)
     usable = sum(1 for s in slots if s.category is not _Category.OUT)
     n_ref = max(1, in_use, min(usable, state.budget.max_gpus // min((s.tp for s in slots), default=1)))
@@ -960,7 +988,7 @@ def _classify(state: ClusterState, model: MakespanModel, costs: TransitionCosts,
     if state.worker_sizes is None:
         classes, category = _classes(state, model, slots, costs, n_ref)
     else:
-        sized = _sized(state, model, slots, costs, n_ref, state.worker_sizes)
+        sized = _sized(state, index, model, slots, costs, n_ref, state.worker_sizes)
         classes, category, pools, layouts, gpu_pool = sized
     workload = state.workload
     base = ClassProblem(
@@ -989,11 +1017,12 @@ def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
     return policy.rank_by_predict and getattr(model, "memory_aware", False) is True
 
 
-def _categorise(state: ClusterState, costs: TransitionCosts, policy: PolicyConfig) -> list[_Slot]:
-    """Each slot's category, and the reason when it is out."""
+def _categorise(
+    state: ClusterState, index: Mapping[str, GPU], costs: TransitionCosts, policy: PolicyConfig
+) -> list[_Slot]:
+    """Each slot's category, and the reason when it is out (``index``: ``state.gpu_index()``)."""
     slots = []
     budget = state.budget
-    index = state.gpu_index()
     for worker in state.workers:
         ids = worker.gpu_ids
         gpus = [index[ids[0]]] if len(ids) == 1 else [index[g] for g in ids]
@@ -1110,6 +1139,7 @@ def _pool_category(zone: Zone) -> _Category:
 
 def _sized(
     state: ClusterState,
+    index: Mapping[str, GPU],
     model: MakespanModel,
     slots: list[_Slot],
     costs: TransitionCosts,
@@ -1130,22 +1160,26 @@ def _sized(
     class of new workers stands for the workers the pool's GPUs could form: base on dedicated GPUs, new
     preemptible (so behind the expansion gate) on preemptible ones, whether those GPUs serve now or not (a
     category taken from the slots would change with each transition, and a plan's result would re-plan to more).
+    ``index`` is ``state.gpu_index()``.
     """
-    index = state.gpu_index()
     limits = sizes.model
     gpu_pool: dict[str, str] = {}
     pool_category: dict[str, _Category] = {}
     pooled_slots: dict[str, str] = {}  # slot id → pool
+    pool_keys: dict[tuple[Zone, str], str] = {}  # a slot's (zone, GPU type) → its pool, made once per pool
     for s in slots:
         if s.zone is Zone.OVERLAP or s.category not in (_Category.BASE, _Category.NEW_PREEMPTIBLE):
             continue
-        gpus = [index[g] for g in s.worker.gpu_ids]
-        if len(gpus) > 1 and len({g.node for g in gpus}) > 1:
+        ids = s.worker.gpu_ids
+        if len(ids) > 1 and len({index[g].node for g in ids}) > 1:
             continue
-        slot_pool = _pool_of(gpus[0])
-        pool_category[slot_pool] = _pool_category(s.zone)
+        slot_pool = pool_keys.get((s.zone, s.gpu_type))  # the slot's zone and type are its first GPU's
+        if slot_pool is None:
+            slot_pool = pool_keys[s.zone, s.gpu_type] = _pool_of(index[ids[0]])
+            pool_category[slot_pool] = _pool_category(s.zone)
         pooled_slots[s.worker.id] = slot_pool
-        gpu_pool.update((g.id, slot_pool) for g in gpus)
+        for g in ids:
+            gpu_pool[g] = slot_pool
     held = {g for w in state.workers for g in w.gpu_ids}
     for gpu in state.gpus:  # GPUs no slot holds
         if gpu.id in held or not gpu.available or gpu.zone is Zone.OVERLAP:
@@ -1166,19 +1200,19 @@ def _sized(
             return frozenset()
         return frozenset(r for r, options in sizes.by_role().items() if size in options)
 
-    groups: dict[tuple[str, ...], list[_Slot]] = {}
-    size_labels: dict[tuple[int, int], str] = {}  # (tp, dp) → the size's label, made once per size
-    for s in slots:
+    by_kind: dict[tuple[object, ...], list[_Slot]] = {}
+    for s in slots:  # grouped on the enum members and the size; their string key is made once per group
         # Slots outside every pool (overlap, out, or spanning nodes) keep their size; the marker keeps a slot
         # spanning nodes out of the class of pooled slots it would otherwise share a key with.
         pool = pooled_slots.get(s.worker.id) or (
             "spans-nodes" if s.tp > 1 and len({index[g].node for g in s.worker.gpu_ids}) > 1 else ""
         )
-        size_label = size_labels.get((s.tp, s.worker.dp))
-        if size_label is None:
-            size_label = size_labels[s.tp, s.worker.dp] = s.worker.size.label
-        group = (s.zone.value, s.gpu_type, size_label, _role_label(s))
-        groups.setdefault((*group, s.category.value, pool), []).append(s)
+        label = s.role if s.role is not None else _role_label(s)
+        by_kind.setdefault((s.zone, s.gpu_type, s.tp, s.worker.dp, label, s.category, pool), []).append(s)
+    groups: dict[tuple[str, ...], list[_Slot]] = {}
+    for kind, members in by_kind.items():
+        s = members[0]
+        groups[s.zone.value, s.gpu_type, s.worker.size.label, _role_label(s), s.category.value, str(kind[-1])] = members
     classes: list[SlotClass] = []
     category: dict[str, _Category] = {}
     for key in sorted(groups):
