@@ -320,3 +320,31 @@ def test_a_scenario_declares_how_its_hindsight_search_searches(tmp_path: Path) -
     refused = r"bad.json: hindsight_search.beam: Input should be greater than or equal to 1 "
     with pytest.raises(ScenarioError, match=refused):
         load_scenario(bad)
+
+
+def test_the_bench_names_the_search_a_scenario_declares_and_where_it_is_beaten(
+    exhaustive: tuple[HindsightSearch, SegmentResult], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/reproduce.py's cost and ``oracle_beaten`` lines say what the scenario's search searched."""
+    import dataclasses
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("bench_reproduce", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_reproduce"] = bench
+    spec.loader.exec_module(bench)
+    _, result = exhaustive
+    steps = [dataclasses.replace(s, generated_tokens=2 * s.generated_tokens, training_tokens=2 * s.training_tokens)
+             for s in result.steps]  # fmt: skip
+    better = dataclasses.replace(result, steps=steps)  # a made-up run twice the search's throughput
+    scenario = tiny(hindsight_search={"beam": 2, "continuation": True})
+    runs = {"oracle-hindsight": [result], "pearl_sched": [result], "other": [better]}
+    bench._oracle_lines(Report(scenario, {p: PolicyRun(scenario.name, p, r) for p, r in runs.items()}))
+    out = capsys.readouterr().out
+    assert "search=pruned(beam=2,shares=0.25/0.5/0.75,continued) simulations=" in out
+    beaten = [line for line in out.splitlines() if line.startswith("oracle_beaten")]
+    assert len(beaten) == 1 and "policy=other ratio=2.0000" in beaten[0]
+    assert beaten[0].endswith("search=pruned(beam=2,shares=0.25/0.5/0.75,continued)")
