@@ -282,6 +282,34 @@ def test_disagg_one_client_by_hand_uses_both_roles() -> None:
     assert (res.prefill_steps, res.decode_steps) == (3, 30)
 
 
+def test_disagg_ttft_phases_by_hand() -> None:
+    prefill, decode = _pd(FakeSteps(), FakeSteps(), kv_bytes=1000.0, link=1e8)
+    res = replay_disagg_closed_loop(prefill, decode, isl=1000, osl=11, concurrency=1, rounds=3)
+    # one client: nothing waits; the first token is the prefill (0.11 s) plus the transfer (0.01 s)
+    assert (res.prealloc_wait_s, res.prefill_queue_s, res.join_wait_s) == (0.0, 0.0, 0.0)
+    assert (res.prefill_run_s, res.transfer_s) == (pytest.approx(0.110), pytest.approx(0.010))
+    request_s = 0.120 + 10 * 0.00501
+    assert res.makespan_s == pytest.approx(3 * request_s)
+    assert res.prefill_busy == pytest.approx(0.110 / request_s)  # one engine, stepping 0.11 s per request
+    assert res.decode_busy == pytest.approx(10 * 0.00501 / request_s)
+    assert res.mean_decode_rank_batch == 1.0
+
+
+def test_disagg_full_decode_pool_holds_requests_in_the_prealloc_queue() -> None:
+    # 2,500 tokens: one prompt of 1,000 + 512 reserved fits; a second needs 1,512 more beside the first's 1,000 + 512
+    prefill, decode = _pd(FakeSteps(), FakeSteps(), kv_bytes=1000.0, link=1e8, decode_pool=2_500)
+    res = replay_disagg_closed_loop(prefill, decode, isl=1000, osl=11, concurrency=2, rounds=2)
+    request_s = 0.120 + 10 * 0.00501  # prefill + transfer + 10 decode steps of one
+    # requests 2, 3 and 4 each wait for the one before them to finish: the waits are 0, 1, 1, 1 request times
+    assert res.prealloc_wait_s == pytest.approx(0.75 * request_s)
+    assert res.ttft_s == pytest.approx(0.75 * request_s + 0.120)
+    assert res.ttft_s == pytest.approx(
+        res.prealloc_wait_s + res.prefill_queue_s + res.prefill_run_s + res.transfer_s + res.join_wait_s
+    )
+    assert res.max_decode_rank_batch == 1 and res.retractions == 0
+    assert res.makespan_s == pytest.approx(4 * request_s)
+
+
 def test_disagg_transfers_every_prompts_whole_kv() -> None:
     rng = np.random.RandomState(0)
     isls = benchmark_lengths(2000, 4 * 16, 0.8, rng)
@@ -317,6 +345,10 @@ def test_disagg_small_decode_pool_retracts_and_finishes_everything() -> None:
     prefill, decode = _pd(FakeSteps(), FakeSteps(), decode_pool=4_000)
     res = replay_disagg_closed_loop(prefill, decode, isl=500, osl=1500, concurrency=6, rounds=2)
     assert res.retractions > 0  # the decode rank ran out of KV and offloaded some requests
+    assert res.resumes == res.retractions  # every offloaded request came back (none re-prefilled)
+    assert res.ttft_s == pytest.approx(
+        res.prealloc_wait_s + res.prefill_queue_s + res.prefill_run_s + res.transfer_s + res.join_wait_s
+    )
     assert res.requests == 12 and all(not math.isnan(e2e) for _, _, e2e in res.per_request)
     assert res.max_used_tokens <= 4_000  # never above the pool, preallocations included
 

@@ -527,6 +527,28 @@ class DisaggReplayResult(ReplayResult):
     """Requests decoded by each decode rank (worker-major)."""
     max_decode_rank_batch: int = 0
     """The largest batch one decode rank ran (the step time of a lock-step engine is set by it)."""
+    prealloc_wait_s: float = 0.0
+    """Mean seconds from a request's arrival to its decode preallocation (``DecodePreallocQueue``)."""
+    prefill_queue_s: float = 0.0
+    """Mean seconds from the preallocation to the start of the request's first prefill chunk."""
+    prefill_run_s: float = 0.0
+    """Mean seconds from the first prefill chunk's start to the last one's end."""
+    transfer_s: float = 0.0
+    """Mean seconds from the end of the prefill to the KV's arrival (waiting for the link included)."""
+    join_wait_s: float = 0.0
+    """Mean seconds from the KV's arrival to the request joining its decode batch (the first token).
+
+    The five phases add up to :attr:`ttft_s`."""
+    resumes: int = 0
+    """Retracted (offloaded) requests brought back into a decode batch (each retraction is one offload)."""
+    makespan_s: float = 0.0
+    """Seconds from the first arrival to the last request's end."""
+    prefill_busy: float = 0.0
+    """Fraction of the makespan the prefill engines spent stepping (mean over engines)."""
+    decode_busy: float = 0.0
+    """Fraction of the makespan the decode engines spent stepping (mean over engines)."""
+    mean_decode_rank_batch: float = 0.0
+    """Mean over decode steps of the busiest rank's batch (before CUDA-graph padding)."""
 
 
 @dataclass(eq=False)
@@ -539,6 +561,10 @@ class _PDRequest:
     prefill_rank: int = 0
     decode_rank: int = 0
     req: _Request | None = None
+    prealloc_s: float = math.nan  # when the decode rank preallocated its KV
+    prefill_start_s: float = math.nan  # its first prefill chunk's start
+    prefill_end_s: float = math.nan
+    transfer_end_s: float = math.nan
 
 
 @dataclass
@@ -631,8 +657,10 @@ def replay_disagg_closed_loop(
     per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
     counts_p = [0] * len(p_ranks)
     counts_d = [0] * len(d_ranks)
-    sent = done = timed = prefill_steps = decode_steps = max_used = max_batch = retractions = 0
+    sent = done = timed = prefill_steps = decode_steps = max_used = max_batch = retractions = resumes = 0
     ttft_sum = tpot_sum = e2e_sum = transferred = 0.0
+    phase_sums = [0.0] * 5  # prealloc wait, prefill queue, prefill run, transfer, join wait
+    prefill_busy_s = decode_busy_s = batch_sum = makespan = 0.0
     next_p = next_d = 0
     running_p: dict[int, list[list[tuple[_Request, int, int]]]] = {}
 
@@ -662,6 +690,7 @@ def replay_disagg_closed_loop(
             rank.prealloc.popleft()
             rank.reserved_tokens += job.isl
             rank.reserved += 1
+            job.prealloc_s = now
             req = _Request(job.rid, job.arrival_s, job.isl, job.osl)
             job.req = req
             pd_of[id(req)] = job
@@ -669,7 +698,7 @@ def replay_disagg_closed_loop(
             start_prefill(job.prefill_rank // prefill.ranks, now)
 
     def start_prefill(worker: int, now: float) -> None:
-        nonlocal prefill_steps
+        nonlocal prefill_steps, prefill_busy_s
         if p_busy[worker]:
             return
         batches = [p_ranks[worker * prefill.ranks + k].build_prefill() for k in range(prefill.ranks)]
@@ -680,8 +709,14 @@ def replay_disagg_closed_loop(
             for b in batches
             if b
         )
+        for batch in batches:
+            for req, _, _ in batch:
+                job = pd_of[id(req)]
+                if math.isnan(job.prefill_start_s):
+                    job.prefill_start_s = now
         p_busy[worker] = True
         prefill_steps += 1
+        prefill_busy_s += duration
         running_p[worker] = batches
         heapq.heappush(events, (now + duration, next(seq), prefill_end, worker))
 
@@ -696,6 +731,7 @@ def replay_disagg_closed_loop(
                 if req.prefilled < req.target:
                     sched.chunked = req
                     continue
+                pd_of[id(req)].prefill_end_s = now
                 size = req.target * prefill.kv_bytes_per_token
                 transferred += size
                 link_free[r] = max(now, link_free[r]) + size / prefill.link_bytes_per_s
@@ -705,6 +741,7 @@ def replay_disagg_closed_loop(
 
     def end_transfer(key: int, now: float) -> None:
         job = pd_of[key]
+        job.transfer_end_s = now
         req = job.req
         assert req is not None
         p_ranks[job.prefill_rank].used_tokens -= req.kv  # the prefill side frees the KV once it is sent
@@ -713,7 +750,7 @@ def replay_disagg_closed_loop(
         start_decode(job.decode_rank // decode.ranks, now)
 
     def start_decode(worker: int, now: float) -> None:
-        nonlocal decode_steps, max_used, max_batch, retractions
+        nonlocal decode_steps, max_used, max_batch, retractions, resumes, decode_busy_s, batch_sum
         if d_busy[worker]:
             return
         ranks = d_ranks[worker * decode.ranks : (worker + 1) * decode.ranks]
@@ -721,6 +758,7 @@ def replay_disagg_closed_loop(
             s = rank.sched
             while rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank):
                 back = rank.resume.popleft()
+                resumes += 1
                 s.used_tokens += back.kv
                 back.generated -= 1  # join counts the prefill's token; a resumed request has it already
                 s.join(back)
@@ -753,10 +791,12 @@ def replay_disagg_closed_loop(
         max_used = max(max_used, *(rank.sched.used_tokens + rank.reserved_tokens for rank in ranks))
         d_busy[worker] = True
         decode_steps += 1
+        decode_busy_s += duration
+        batch_sum += busiest
         heapq.heappush(events, (now + duration, next(seq), decode_end, worker))
 
     def end_decode(worker: int, now: float) -> None:
-        nonlocal done, timed, ttft_sum, tpot_sum, e2e_sum
+        nonlocal done, timed, ttft_sum, tpot_sum, e2e_sum, makespan
         d_busy[worker] = False
         finished: list[_Request] = []
         for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
@@ -774,7 +814,11 @@ def replay_disagg_closed_loop(
                 tpot_sum += tpot
                 timed += 1
             per_request[req.rid] = (ttft, tpot, e2e)
-            del pd_of[id(req)]
+            job = pd_of.pop(id(req))
+            marks = (job.arrival_s, job.prealloc_s, job.prefill_start_s, job.prefill_end_s, job.transfer_end_s)
+            for k, (start, end) in enumerate(itertools.pairwise((*marks, req.first_token_s))):
+                phase_sums[k] += end - start
+            makespan = now
             done += 1
         for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
             preallocate(r, now)
@@ -809,6 +853,16 @@ def replay_disagg_closed_loop(
         prefill_rank_requests=counts_p,
         decode_rank_requests=counts_d,
         max_decode_rank_batch=max_batch,
+        prealloc_wait_s=phase_sums[0] / total,
+        prefill_queue_s=phase_sums[1] / total,
+        prefill_run_s=phase_sums[2] / total,
+        transfer_s=phase_sums[3] / total,
+        join_wait_s=phase_sums[4] / total,
+        resumes=resumes,
+        makespan_s=makespan,
+        prefill_busy=prefill_busy_s / (makespan * prefill.workers) if makespan else 0.0,
+        decode_busy=decode_busy_s / (makespan * decode.workers) if makespan else 0.0,
+        mean_decode_rank_batch=batch_sum / decode_steps if decode_steps else 0.0,
     )
 
 
