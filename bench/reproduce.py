@@ -57,8 +57,7 @@ from pearl_sched import Mode
 from pearl_sched.config import PolicyConfig
 from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster
-from pearl_sched.sim.experiment import Report, default_data, run_scenario, setting_for
-from pearl_sched.sim.hindsight import HindsightSearch
+from pearl_sched.sim.experiment import Report, default_data, hindsight_search, run_scenario, setting_for
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import Scenario, load_scenario
 from pearl_sched.sim.setting import Setting
@@ -128,7 +127,7 @@ def _oracle_lines(report: Report) -> None:
     run = report.runs.get(HINDSIGHT)
     if run is None:
         return
-    kind = HindsightSearch().describe(report.scenario.worker_sizes)
+    kind = hindsight_search(report.scenario).describe(report.scenario.worker_sizes)
     for seg in run.segments:
         print(
             f"# {HINDSIGHT} scenario={report.scenario.name} segment={seg.segment} search={kind}"

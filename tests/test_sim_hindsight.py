@@ -14,6 +14,9 @@ Invariants checked:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -24,9 +27,16 @@ from pearl_sched.errors import SimulationError
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES
 from pearl_sched.sim.cluster import SegmentResult, SimCluster, run_segment
-from pearl_sched.sim.experiment import PolicyRun, Report, costs_for, run_policy_segment, setting_for
+from pearl_sched.sim.experiment import (
+    PolicyRun,
+    Report,
+    costs_for,
+    hindsight_search,
+    run_policy_segment,
+    setting_for,
+)
 from pearl_sched.sim.hindsight import HindsightSearch, Regroup
-from pearl_sched.sim.scenario import Scenario, ScenarioError
+from pearl_sched.sim.scenario import Scenario, ScenarioError, load_scenario
 from pearl_sched.state import WorkerSize
 
 from .builders import DATA, tiny
@@ -240,3 +250,101 @@ def test_the_search_line_names_the_sizes_it_searches() -> None:
         HindsightSearch().describe(sizes) == "pruned(beam=1,shares=0.25/0.5/0.75,sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)"
     )
     assert HindsightSearch(beam=None, shares=None).describe(sizes) == "exhaustive(sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)"
+
+
+# -- wider beams and the continuation -------------------------------------------------------------------------
+def test_the_continuation_follows_with_every_usable_worker_at_the_share_in_force() -> None:
+    """Inside a batch the continuation's action is one of the search's own: every usable worker, the split kept."""
+    search = HindsightSearch(continuation=True)
+    for mode, start, expected in (
+        (Mode.COLOCATED, {"dw00": Role.COLOCATED, "dw01": Role.COLOCATED}, "6C"),
+        (Mode.DISAGGREGATED, {"dw00": Role.PREFILL, "dw01": Role.DECODE}, "3P3D"),
+        (Mode.DISAGGREGATED, {"dw00": Role.PREFILL, "dw01": Role.DECODE, "dw02": Role.DECODE}, "2P4D"),
+    ):
+        cluster = _cluster(tiny(batch_prompts=8, dedicated_rollout_gpus=8))
+        cluster.apply(Assignment(mode, start))
+        cluster.launch(0)
+        assert cluster.advance(30.0)
+        state = cluster.observe()
+        target = search.follow(state, mode)
+        assert target is not None and target.mode is mode and target.ratio == expected, expected
+        assert target.roles() in [a.roles() for a in search.actions(state, (mode,), boundary=False) if a is not None]
+        assert all(target.roles()[slot] is role for slot, role in start.items())  # serving slots keep their role
+        cluster.apply(target)
+        assert search.follow(cluster.observe(), mode) is None  # nothing more to use: keep
+
+
+@pytest.mark.parametrize(
+    "wider",
+    [
+        pytest.param({"beam": 4}, id="beam4"),
+        pytest.param({"continuation": True}, id="continued"),
+        pytest.param({"beam": 4, "continuation": True}, id="beam4-continued"),
+    ],
+)
+@pytest.mark.parametrize("trace", [pytest.param(TRACE, id="join-leave"), pytest.param(TWO_STEPS, id="two-steps")])
+def test_a_wider_search_replays_exactly_and_is_at_least_beam_1_and_pearl_sched(
+    wider: dict[str, object], trace: AvailabilityTrace
+) -> None:
+    search = HindsightSearch(**wider)  # type: ignore[arg-type]
+    result = _run(search, trace=trace)
+    assert result.steps and search.replans == 0
+    predicted = dict(search.predicted_s)
+    for step in result.steps:
+        assert step.train_start_s == pytest.approx(predicted[step.step], rel=1e-12)
+    narrow = _run(HindsightSearch(), trace=trace)
+    scenario = tiny()
+    planner = POLICIES["pearl_sched"].build(setting_for(scenario, DATA), costs_for(scenario), PolicyConfig())
+    pearl_sched = _run(planner, "pearl_sched", trace)
+    assert result.throughput_tok_s >= narrow.throughput_tok_s * (1 - 1e-12)
+    assert result.throughput_tok_s >= pearl_sched.throughput_tok_s * (1 - 1e-12)
+    assert result.steps[0].train_start_s <= narrow.steps[0].train_start_s + 1e-9
+
+
+def test_the_search_line_says_when_it_continues() -> None:
+    assert HindsightSearch(continuation=True).describe() == "pruned(beam=1,shares=0.25/0.5/0.75,continued)"
+    assert HindsightSearch(beam=4, continuation=True).describe() == "pruned(beam=4,shares=0.25/0.5/0.75,continued)"
+    assert HindsightSearch(beam=None, shares=None, continuation=True).describe() == "exhaustive"  # nothing to judge
+
+
+def test_a_scenario_declares_how_its_hindsight_search_searches(tmp_path: Path) -> None:
+    """Without the setting every scenario gets the shipped search; with it, its beam and continuation."""
+    assert hindsight_search(tiny()).describe() == HindsightSearch().describe() == "pruned(beam=1,shares=0.25/0.5/0.75)"
+    assert "hindsight_search" not in tiny().model_dump(mode="json")  # scenarios without it dump as before
+    declared = tiny(hindsight_search={"beam": 2, "continuation": True})
+    search = hindsight_search(declared)
+    assert (search.beam, search.continuation) == (2, True)
+    assert search.describe() == "pruned(beam=2,shares=0.25/0.5/0.75,continued)"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**tiny().model_dump(mode="json"), "hindsight_search": {"beam": 0}}))
+    refused = r"bad.json: hindsight_search.beam: Input should be greater than or equal to 1 "
+    with pytest.raises(ScenarioError, match=refused):
+        load_scenario(bad)
+
+
+def test_the_bench_names_the_search_a_scenario_declares_and_where_it_is_beaten(
+    exhaustive: tuple[HindsightSearch, SegmentResult], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/reproduce.py's cost and ``oracle_beaten`` lines say what the scenario's search searched."""
+    import dataclasses
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("bench_reproduce", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_reproduce"] = bench
+    spec.loader.exec_module(bench)
+    _, result = exhaustive
+    steps = [dataclasses.replace(s, generated_tokens=2 * s.generated_tokens, training_tokens=2 * s.training_tokens)
+             for s in result.steps]  # fmt: skip
+    better = dataclasses.replace(result, steps=steps)  # a made-up run twice the search's throughput
+    scenario = tiny(hindsight_search={"beam": 2, "continuation": True})
+    runs = {"oracle-hindsight": [result], "pearl_sched": [result], "other": [better]}
+    bench._oracle_lines(Report(scenario, {p: PolicyRun(scenario.name, p, r) for p, r in runs.items()}))
+    out = capsys.readouterr().out
+    assert "search=pruned(beam=2,shares=0.25/0.5/0.75,continued) simulations=" in out
+    beaten = [line for line in out.splitlines() if line.startswith("oracle_beaten")]
+    assert len(beaten) == 1 and "policy=other ratio=2.0000" in beaten[0]
+    assert beaten[0].endswith("search=pruned(beam=2,shares=0.25/0.5/0.75,continued)")

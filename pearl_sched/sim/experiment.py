@@ -28,6 +28,7 @@ from pearl_sched.shared_data import default_data as default_data
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.baselines import POLICIES, fixed_pool_gpus
 from pearl_sched.sim.cluster import SegmentResult, run_segment
+from pearl_sched.sim.hindsight import HindsightSearch
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.setting import Setting
 
@@ -221,6 +222,20 @@ def setting_for(scenario: Scenario, data: Path) -> Setting:
     return _SETTINGS[key]
 
 
+def hindsight_search(scenario: Scenario, name: str = "oracle-hindsight") -> HindsightSearch:
+    """The hindsight search ``scenario`` runs as ``oracle-hindsight``: the shipped one, or as the scenario declares it.
+
+    Args:
+        scenario: The scenario; its ``hindsight_search`` (beam, continuation), when set, replaces the shipped
+            search's (beam 1, each state judged held to the batch's end).
+        name: The policy's name in reports.
+    """
+    settings = scenario.hindsight_search
+    if settings is None:
+        return HindsightSearch(name)
+    return HindsightSearch(name, beam=settings.beam, continuation=settings.continuation)
+
+
 def run_policy_segment(
     scenario: Scenario,
     policy: str,
@@ -243,6 +258,8 @@ def run_policy_segment(
     costs = costs_for(scenario)
     config = config or PolicyConfig()
     decider = spec.build(setting, costs, config)
+    if isinstance(decider, HindsightSearch):
+        decider = hindsight_search(scenario, decider.name)
     if spec.fitted_hazard and isinstance(decider, PlannerDecider):
         decider.policy_state = PolicyState(preemption_hazard_per_s=fitted_hazard_per_s(scenario, data))
     started = time.perf_counter()

@@ -39,6 +39,16 @@ by configuration (two histories that reach the same slot roles keep only the one
 held to the end) and only the ``B`` best survive; that is a pruned search — it is **not** a bound, only a
 strong hindsight reference, and the cost lines say so.
 
+Held to the end, a state is judged as if nothing later were admitted or borrowed, so a configuration that only
+pays once the GPUs joining later serve too loses to one that is better alone (swe-qwen3-30b-a3b ``attention-dp``:
+beam 1 chose ``5P2D`` over the colocated ``7C`` that pearl_sched ran 55 s faster with the later admissions). With
+``continuation=True`` each state is also run on by a cheap continuation — at each later decision point every
+usable worker, the idle training GPUs borrowed, the running mode at the nearest searched split (:meth:`follow`,
+one of the actions the search itself offers there) — and judged by the better of the two plans; a continued plan
+is a whole plan of the action space, so it can be the step's plan too. It costs one more interval simulation per
+state; it is still pruned (``,continued`` in the cost line), not a bound. A scenario declares it
+(``hindsight_search``, :func:`~pearl_sched.sim.experiment.hindsight_search`); the shipped default is beam 1 held.
+
 What it bounds, and what keeps it from being an exact bound on a whole segment:
 
 * per step, not jointly over steps: each step is searched from the state its own previous plan left, so a plan
@@ -58,6 +68,7 @@ What it bounds, and what keeps it from being an exact bound on a whole segment:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -242,6 +253,18 @@ class _Node:
     sim: SimCluster
     plan: Plan
     held: Score = NEVER  # the score when the configuration is held to the batch's end
+    continued: Score = NEVER  # the score of the continuation (every usable worker at each later point)
+    continued_plan: Plan = field(default_factory=list)
+
+    @property
+    def judged(self) -> Score:
+        """What the pruning ranks it by: the better of its held and continued scores (both plans it could run)."""
+        return min(self.held, self.continued)
+
+    @property
+    def judged_plan(self) -> Plan:
+        """The whole plan that reaches :attr:`judged`: the held one or the continued one."""
+        return self.continued_plan if self.continued < self.held else self.plan
 
 
 @dataclass
@@ -277,6 +300,7 @@ class HindsightSearch:
         shares: Sequence[float] | None = SEARCH_PREFILL_SHARES,
         beam: int | None = SEARCH_BEAM,
         max_simulations: int = 100_000,
+        continuation: bool = False,
     ) -> None:
         """Set up an unbound search; :meth:`bind` gives it the cluster before its segment runs.
 
@@ -286,6 +310,11 @@ class HindsightSearch:
             beam: States kept per decision point; ``None``: exhaustive (exact over the action space, per step).
             max_simulations: An exhaustive step search that would simulate more intervals than this raises
                 :class:`~pearl_sched.errors.SimulationError` rather than run for hours.
+            continuation: With a beam, judge each state also by a continuation to the batch's end — at every later
+                decision point every usable worker, borrowing when the trainer is idle, in the running mode at the
+                nearest searched split (:meth:`follow`) — not only by its configuration held; the pruning keeps the
+                states best by the better of the two, and a continued plan better than every other is the plan.
+                One more interval simulation per state. Ignored by the exhaustive search.
         """
         if beam is not None and beam < 1:
             raise ValueError(f"beam must be at least 1 or None (exhaustive), got {beam}")
@@ -293,6 +322,7 @@ class HindsightSearch:
         self.shares = None if shares is None else tuple(shares)
         self.beam = beam
         self.max_simulations = max_simulations
+        self.continuation = continuation and beam is not None
         self.reason = ""
         self.cluster: SimCluster | None = None
         self.changes: list[tuple[float, float]] = []
@@ -316,14 +346,16 @@ class HindsightSearch:
     def describe(self, worker_sizes: WorkerSizes | None = None) -> str:
         """What the search searches, as its cost line writes it.
 
-        ``pruned(beam=1,shares=0.25/0.5/0.75)`` or ``exhaustive``; with declared ``worker_sizes`` the sizes per
-        role join it, e.g. ``pruned(beam=1,shares=0.25/0.5/0.75,sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)``.
+        ``pruned(beam=1,shares=0.25/0.5/0.75)`` or ``exhaustive``; with the continuation ``,continued`` follows
+        the shares (``pruned(beam=1,shares=0.25/0.5/0.75,continued)``); with declared ``worker_sizes`` the sizes
+        per role join it, e.g. ``pruned(beam=1,shares=0.25/0.5/0.75,sizes=P:tp1/tp2,D:tp2/tp4,C:tp2/tp4)``.
         """
         shares = "all" if self.shares is None else "/".join(f"{x:g}" for x in self.shares)
         sized = f"sizes={sizes_label(worker_sizes)}" if worker_sizes is not None else ""
         if self.beam is None:
             return f"exhaustive({sized})" if sized else "exhaustive"
-        return f"pruned(beam={self.beam},shares={shares}" + (f",{sized})" if sized else ")")
+        continued = ",continued" if self.continuation else ""
+        return f"pruned(beam={self.beam},shares={shares}{continued}" + (f",{sized})" if sized else ")")
 
     def bind(
         self,
@@ -447,6 +479,47 @@ class HindsightSearch:
                 out.append(target)
         return out
 
+    def follow(self, state: ClusterState, mode: Mode) -> Assignment | None:
+        """The continuation's action at a later decision point: use every usable worker, keep the split's share.
+
+        Every usable worker, the idle training GPUs borrowed when the trainer is idle, in the running ``mode``;
+        disaggregated at the searched split (:meth:`_splits`) nearest the prefill share in force. An action of
+        :meth:`actions` (one of its targets, or keep).
+
+        Args:
+            state: The cluster as observed at the decision point.
+            mode: The running batch's mode.
+
+        Returns:
+            The target, or ``None`` (keep) when it is the configuration in force or puts a worker in a role its
+            size does not allow.
+        """
+        zones: tuple[Zone, ...] = (Zone.DEDICATED, Zone.PREEMPTIBLE)
+        if _lendable(state):
+            zones = (*zones, Zone.OVERLAP)
+        n = _usable(state, zones)
+        current = {w.id: w.rollout_role for w in state.workers}
+        roles = list(current.values())
+        config: Config
+        if mode is Mode.COLOCATED and n > 0:
+            config = (Mode.COLOCATED, 0, 0, n)
+        elif mode is Mode.DISAGGREGATED and n > 1:
+            prefill, decode = roles.count(Role.PREFILL), roles.count(Role.DECODE)
+            share = prefill / (prefill + decode) if prefill + decode else 0.5
+            p = min(self._splits(n), key=lambda k: (abs(k / n - share), k))
+            config = (Mode.DISAGGREGATED, p, n - p, 0)
+        else:
+            return None
+        target = assign(state, mode, config, zones)
+        if target.roles() == current:
+            return None
+        sizes = state.worker_sizes
+        if sizes is not None:
+            size_of = {w.id: _size_of(w) for w in state.workers}
+            if any(r is not None and size_of[i] not in sizes.allowed(r) for i, r in target.roles().items()):
+                return None
+        return target
+
     # -- simulating an interval ---------------------------------------------------------------------------
     def _points(self, after_s: float, trainer_idle_at: float) -> list[tuple[float, float | None]]:
         """The segment's decision points after ``after_s`` in the cluster's order: (time, GPUs) or (time, None)."""
@@ -497,6 +570,24 @@ class HindsightSearch:
         serving = sum(1 for slot in sim.slots if slot.role is not None and slot.zone is not Zone.OVERLAP)
         return max(back_s, sim.trainer_idle_at), sim.now, -serving
 
+    def _continue(self, sim: SimCluster, plan: Plan, deadline_s: float) -> tuple[Score, Plan]:
+        """Run ``sim``'s batch to its end taking :meth:`follow`'s action at its decision point and each later one.
+
+        Returns:
+            The score (infinite when abandoned past ``deadline_s``) and ``plan`` with the actions taken.
+        """
+        plan = list(plan)
+        while True:
+            action = self.follow(sim.observe(), sim.batch_mode)
+            plan.append((sim.now, action))
+            if action is not None:
+                sim.apply(action)
+            stopped = self._run(sim, stop=True, deadline_s=deadline_s)
+            if stopped is None:
+                return NEVER, plan
+            if not stopped:
+                return self._score(sim), plan
+
     def _child(
         self, node: _Node, action: Assignment | None, cost: SearchCost, deadline_s: float
     ) -> tuple[_Node | None, Score]:
@@ -504,10 +595,11 @@ class HindsightSearch:
 
         A copy still running past ``deadline_s`` (the best plan's training start so far) is abandoned: its
         training cannot start earlier, so this prunes nothing an exhaustive search needs (branch and bound).
+        With the continuation, a copy of the state at the next decision point is also run on by :meth:`_continue`.
 
         Returns:
             The state at the next decision point (``None`` when the batch ended first or the copy was abandoned)
-            and the held score (infinite when abandoned).
+            and its judged score (:attr:`_Node.judged`; infinite when abandoned).
         """
         sim = copy_cluster(node.sim)
         cost.simulations += 1
@@ -525,12 +617,15 @@ class HindsightSearch:
             if not stopped:
                 return None, self._score(sim)
             child = _Node(copy_cluster(sim), plan)
-            if self._run(sim, stop=False, deadline_s=deadline_s) is None:
-                return child, NEVER  # it may still branch to something better: only its held plan lost
-            child.held = self._score(sim)
+            if self.continuation:
+                cost.simulations += 1
+                with contextlib.suppress(SimulationError, ValueError):  # only the continued plan is lost
+                    child.continued, child.continued_plan = self._continue(copy_cluster(sim), plan, deadline_s)
+            if self._run(sim, stop=False, deadline_s=deadline_s) is not None:
+                child.held = self._score(sim)  # else it may still branch to something better: only its held plan lost
         except (SimulationError, ValueError):
             return None, NEVER
-        return child, child.held
+        return child, child.judged
 
     # -- the search ---------------------------------------------------------------------------------------
     def search(self, cluster: SimCluster) -> _StepPlan:
@@ -555,17 +650,17 @@ class HindsightSearch:
                     child, score = self._child(node, action, cost, best[0][0])
                     plan = [*node.plan, (node.sim.now, action)]
                     if score < best[0]:
-                        best = (score, child.plan if child is not None else plan)
+                        best = (score, child.judged_plan if child is not None else plan)
                     if child is None:
                         continue
                     if self.beam is None:
                         survivors.append(child)
                         continue
                     key = tuple((slot.id, slot.role) for slot in child.sim.slots)
-                    if key not in children or child.held < children[key].held:
+                    if key not in children or child.judged < children[key].judged:
                         children[key] = child  # the DP's merge: one history per configuration
             if self.beam is not None:
-                survivors = sorted(children.values(), key=lambda c: c.held)[: self.beam]
+                survivors = sorted(children.values(), key=lambda c: c.judged)[: self.beam]
             frontier = survivors
         cost.wall_s = time.perf_counter() - started
         self.search_costs.append(cost)

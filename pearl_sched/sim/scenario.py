@@ -102,6 +102,19 @@ class Segment(Frozen):
     )
 
 
+class HindsightSettings(Frozen):
+    """How ``oracle-hindsight`` searches a scenario that declares it (docs/simulator.md, "Oracles")."""
+
+    beam: int | None = Field(
+        default=1, ge=1, description="States kept per decision point (null: exhaustive, for small instances only)"
+    )
+    continuation: bool = Field(
+        default=False,
+        description="Judge each state also by a continuation that uses every usable worker at the later decision "
+        "points, not only by its configuration held to the batch's end",
+    )
+
+
 class Scenario(Frozen):
     """One simulated setting (PEARL §6 for the end-to-end one)."""
 
@@ -152,6 +165,11 @@ class Scenario(Frozen):
         exclude_if=lambda v: v is None,  # scenarios without sizes dump (and report) as before
         description="Worker sizes pearl_sched's planner may regroup GPUs into, per role (none: every worker keeps "
         "the scenario's size; policies that do not know sizes always keep it)",
+    )
+    hindsight_search: HindsightSettings | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # scenarios that do not declare it dump (and report) as before
+        description="How oracle-hindsight searches this scenario (none: the shipped default, beam 1 held)",
     )
     variants: tuple[dict[str, Any], ...] = Field(
         default=(), description="Runs of this scenario with fields overridden, each with a 'name'"
