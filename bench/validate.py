@@ -36,7 +36,8 @@ Nothing is fitted to these rows, except in the ``-calibrated`` datasets (``--cal
 with the engine's online correction fitted on the other rows of the same deployment (never on the row itself).
 ``--world-step-overhead`` adds the rollout world's per-step framework time to every replayed step (datasets named
 ``…-world-overhead``). Run: ``python bench/validate.py [--rows N] [--calibrate] [--aic-estimate]
-[--kv-dtype-from-scripts] [--world-step-overhead] [--modes agg,disagg] [--silicon-only] [--csv out.csv]``.
+[--kv-dtype-from-scripts] [--world-step-overhead] [--modes agg,disagg] [--silicon-only] [--models Qwen3.5,Llama]
+[--csv out.csv]``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ SGLANG_KV_DTYPE = "bfloat16"
 The rows do not name a KV dtype; left unset, aiconfigurator-core infers FP8 KV from FP8 checkpoints."""
 POOLS: dict[int, int] = {}
 """KV pool tokens of each engine built here (aiconfigurator-core's estimate of SGLang's pool)."""
+_SERVER_MEMORY: dict[tuple[int, bool], tuple[int, int]] = {}
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,46 @@ def harness_of(row: dict[str, str]) -> Harness:
     """The benchmark client behind a silicon row, from its ``silicon_data_source``.
 
     InferenceMAX rows are the database dumps (``db-dump/…; workflow_run_id=…``) and the dated CSV exports
-    (``source_file=2026-…csv``) with lmsysorg/sglang images; the rest are aiconfigurator's gap-analysis files.
+    (``source_file=2026-…csv``) with lmsysorg/sglang images, and the gap-analysis rows that repeat one of their
+    measurements (:func:`inferencemax_repeats`); the rest are aiconfigurator's gap-analysis files.
     """
     source = row["silicon_data_source"]
-    if source.startswith("db-dump/") or source.startswith("source_file=2026-"):
+    if source.startswith(("db-dump/", "source_file=2026-")) or row.get("id", "") in INFERENCEMAX_REPEATS:
         return INFERENCEMAX
     return UNRECORDED
+
+
+INFERENCEMAX_REPEATS: set[str] = set()
+"""Ids of gap-analysis rows that repeat an InferenceMAX measurement (:func:`inferencemax_repeats`), filled by main."""
+
+
+def inferencemax_repeats(rows: list[dict[str, str]]) -> set[str]:
+    """Ids of rows without a named client that are an InferenceMAX row's measurement again.
+
+    A row and an InferenceMAX row of the same model, GPU, precision, ISL, OSL and concurrency whose measured TTFT
+    and TPOT agree to 0.01 ms are one benchmark (the gap-analysis file rounds to 0.01 ms; two runs never agree that
+    closely on both): its client was InferenceMAX's. In aiconfigurator-core 0.12.0's file these are the 76
+    Qwen3.5-397B-A17B gap-analysis rows; the Qwen3-32B, Qwen3-235B and Llama-3.1-8B ones repeat none.
+    """
+
+    def shape(row: dict[str, str]) -> tuple[object, ...]:
+        return (row["model_path"], row["system"], row["precision"], row["mode"], row["isl"], row["osl"])
+
+    measured: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+    for row in rows:
+        if harness_of(row) is INFERENCEMAX:
+            key = (*shape(row), _int(row["batch_size"]))
+            measured.setdefault(key, []).append((float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])))
+    out = set()
+    for row in rows:
+        if harness_of(row) is INFERENCEMAX:
+            continue
+        ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+        for other_ttft, other_tpot in measured.get((*shape(row), _int(row["batch_size"])), []):
+            if abs(ttft - other_ttft) <= 0.01 and abs(tpot - other_tpot) <= 0.01:
+                out.add(row["id"])
+                break
+    return out
 
 
 @dataclass
@@ -261,6 +297,26 @@ def _engine(
     return cache[key]
 
 
+def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
+    """(KV pool tokens, max running requests) of the row's SGLang server.
+
+    For a hybrid linear-attention model (Qwen3.5) SGLang keeps each running request's Gated DeltaNet state in a
+    state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
+    ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
+    default, for the rows whose launch flags are not recorded). Other models: aiconfigurator-core's pool and SGLang's
+    cap of 4,096.
+    """
+    radix_off = harness is INFERENCEMAX
+    key = (id(engine), radix_off)
+    if key not in _SERVER_MEMORY:
+        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off)
+        if hybrid is None:
+            _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
+        else:
+            _SERVER_MEMORY[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
+    return _SERVER_MEMORY[key]
+
+
 @dataclass
 class Replayed:
     """A silicon row's replay inputs, kept for the calibrated pass."""
@@ -301,16 +357,17 @@ def silicon_rows(
             skipped[f"{row['model_path']} {row['system']} tp{row['tp_size']}: {engine}"] += 1
             continue
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
-        pool = POOLS[id(engine)]
         chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
         harness = harness_of(row)
         try:
+            pool, running = server_memory(engine, harness)
             res = replay_closed_loop(
                 engine,
                 isl=isl,
                 osl=osl,
                 concurrency=conc,
                 pool_tokens=pool,
+                max_running_requests=running,
                 chunked_prefill_size=chunk,
                 rounds=harness.prompts_per_client,
                 range_ratio=harness.range_ratio,
@@ -702,13 +759,15 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
             cal = StepTimeCalibration()
             cal.observe_many((o.row.sim_tpot_s, o.row.measured_tpot_s) for o in items if o is not item)
             engine.calibration = cal
+            pool, running = server_memory(engine, item.harness)
             try:
                 res = replay_closed_loop(
                     engine,
                     isl=item.isl,
                     osl=item.osl,
                     concurrency=item.concurrency,
-                    pool_tokens=POOLS[id(engine)],
+                    pool_tokens=pool,
+                    max_running_requests=running,
                     chunked_prefill_size=item.chunk,
                     rounds=item.harness.prompts_per_client,
                     range_ratio=item.harness.range_ratio,
@@ -924,6 +983,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--silicon-only", action="store_true", help="skip the dynamo and llmservingsim datasets (faster iterations)"
     )
+    parser.add_argument(
+        "--models",
+        default="",
+        help="only the SGLang rows whose model_path contains one of these comma-separated strings (a slice)",
+    )
     args = parser.parse_args(argv)
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
     if not args.modes <= {"agg", "disagg"}:
@@ -939,7 +1003,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     csv_rows = sglang_silicon_rows()
+    INFERENCEMAX_REPEATS.update(inferencemax_repeats(csv_rows))
     csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
+    wanted = [m.strip() for m in args.models.split(",") if m.strip()]
+    if wanted:
+        csv_rows = [r for r in csv_rows if any(m in r["model_path"] for m in wanted)]
     cache: dict[tuple[object, ...], AicStepTimes | str] = {}
     replayed: list[Replayed] = []
     skipped: Counter[str] = Counter()
@@ -966,6 +1034,10 @@ def main(argv: list[str] | None = None) -> int:
     for harness in (INFERENCEMAX, UNRECORDED):
         n = sum(item.harness is harness for item in replayed)
         print(f"validate-harness dataset=silicon-sglang rows={n} harness={harness.name!r}")
+    print(
+        f"validate-note dataset=silicon-sglang rows={len(INFERENCEMAX_REPEATS)} gap-analysis rows that repeat an"
+        " InferenceMAX measurement, replayed as InferenceMAX runs"
+    )
     corrected = sum(item.tp_corrected for item in replayed)
     print(f"validate-note dataset=silicon-sglang rows={corrected} tp_size recorded as TP x EP, read as TP")
     for reason, n in skipped.most_common():

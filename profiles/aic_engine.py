@@ -60,6 +60,15 @@ _DEEPEP_NODE1_FALLBACK = frozenset(("deepep_ht", "deepep_ll", "trtllm_deepep_ht"
 """Serving frameworks aiconfigurator-core models."""
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
 """vLLM's default ``--gpu-memory-utilization``."""
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+"""SGLang's default ``--mamba-full-memory-ratio``: linear-attention state memory / full-attention KV memory."""
+SGLANG_MAMBA_SLOTS_WITHOUT_RADIX = 512
+"""State slots SGLang allocates with ``--disable-radix-cache`` and no ``--max-running-requests``."""
+SGLANG_MAMBA_SLOTS_PER_RUNNING_REQUEST = 3
+"""SGLang's ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: state slots per running request with the radix cache."""
+_LINEAR_STATE_FAMILIES = frozenset(("QWEN35",))
+"""aiconfigurator model families priced with a per-request linear-attention (Gated DeltaNet) state that SGLang keeps
+in its mamba pool beside the KV pool (Qwen3.5; aiconfigurator-core 0.12.0 ``models/qwen35.py``)."""
 
 
 class AicCoverageError(PearlSchedError, ValueError):
@@ -228,6 +237,73 @@ def large_ep_comm(
     return resolved
 
 
+@dataclass(frozen=True)
+class HybridPool:
+    """One rank's memory as SGLang splits it for a hybrid linear-attention model (:func:`sglang_hybrid_pool`)."""
+
+    kv_tokens: int
+    """Full-attention KV pool in tokens."""
+    state_slots: int
+    """Requests whose linear-attention state the mamba pool holds (``max_mamba_cache_size``)."""
+    max_running_requests: int
+    """The scheduler's cap on running requests the state pool allows."""
+
+
+def sglang_hybrid_pool(
+    budget_bytes: float,
+    kv_bytes_per_token: float,
+    state_bytes_per_request: float,
+    *,
+    disable_radix_cache: bool,
+    max_running_requests: int | None = None,
+    max_mamba_cache_size: int | None = None,
+    mamba_full_memory_ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
+) -> HybridPool:
+    """SGLang's split of a hybrid model's memory budget into a linear-attention state pool and a KV pool.
+
+    Mirrors ``ModelRunnerKVCacheMixin.handle_max_mamba_cache`` and the mamba branch of ``init_memory_pool``
+    (SGLang 0.5.x, ``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py``; no speculative decoding,
+    no attention-DP): with ``--disable-radix-cache`` (or an explicit ``--max-mamba-cache-size``) the state pool holds
+    ``max_mamba_cache_size`` (default ``max_running_requests``, else 512) requests and running requests are capped at
+    that; with the radix cache the budget is split so that state memory / KV memory = ``mamba_full_memory_ratio``
+    (default 0.9) and running requests are capped at a third of the state slots. The KV pool is what the state pool
+    leaves, in tokens of the full-attention layers only.
+
+    Args:
+        budget_bytes: one rank's KV budget (``mem_fraction_static`` × GPU memory less weights, activations, ...).
+        kv_bytes_per_token: full-attention KV bytes per token on the rank.
+        state_bytes_per_request: linear-attention state (recurrent state + conv window) of one request on the rank.
+        disable_radix_cache: SGLang's ``--disable-radix-cache``.
+        max_running_requests: ``--max-running-requests`` (None: SGLang's default).
+        max_mamba_cache_size: ``--max-mamba-cache-size`` (None: derived as above).
+        mamba_full_memory_ratio: ``--mamba-full-memory-ratio``.
+
+    Raises:
+        AicCoverageError: sizes that are not positive, or a budget the state pool leaves no KV tokens in.
+    """
+    if budget_bytes <= 0 or kv_bytes_per_token <= 0 or state_bytes_per_request <= 0 or mamba_full_memory_ratio <= 0:
+        raise AicCoverageError(
+            "hybrid pool sizes must be positive: "
+            f"budget={budget_bytes}, kv/token={kv_bytes_per_token}, state/request={state_bytes_per_request}"
+        )
+    if disable_radix_cache or max_mamba_cache_size is not None:
+        slots = max_mamba_cache_size or max_running_requests or SGLANG_MAMBA_SLOTS_WITHOUT_RADIX
+    else:
+        state_budget = budget_bytes * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)
+        slots = int(state_budget // state_bytes_per_request)
+    kv_tokens = int((budget_bytes - slots * state_bytes_per_request) // kv_bytes_per_token)
+    if kv_tokens <= 0 or slots <= 0:
+        raise AicCoverageError(
+            f"SGLang's state pool of {slots} requests x {state_bytes_per_request:.0f} bytes leaves no KV pool in "
+            f"{budget_bytes:.0f} bytes"
+        )
+    ratio = 1 if disable_radix_cache else SGLANG_MAMBA_SLOTS_PER_RUNNING_REQUEST
+    cap = slots // ratio
+    if max_running_requests is not None:
+        cap = min(cap, max_running_requests)
+    return HybridPool(kv_tokens=kv_tokens, state_slots=slots, max_running_requests=cap)
+
+
 @dataclass
 class StepTimeCalibration:
     """Online correction of predicted step times from observed ones: ``observed ≈ scale × predicted + overhead_s``.
@@ -351,6 +427,7 @@ class AicStepTimes:
     moe_comm_backend: dict[str, str] | None = field(init=False, default=None)
     """The large-EP all-to-all backend per phase (:func:`large_ep_comm`); None: the fused MoE graph."""
     _handle: Any = field(init=False, repr=False)
+    _model: Any = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         """Check coverage, compile the engine and probe one call of each kind (raises :class:`AicCoverageError`)."""
@@ -598,16 +675,76 @@ class AicStepTimes:
             mem_fraction_static = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
         return int(self._kv_estimate(mem_fraction_static)["total_kv_size_tokens"])
 
+    def linear_state_bytes_per_request(self) -> float:
+        """One request's linear-attention state on one GPU (0 for models without linear-attention layers).
+
+        aiconfigurator-core's own figure (the Qwen3.5 model's ``get_kvcache_bytes_per_sequence(0)``: the Gated
+        DeltaNet recurrent state in the config's ``mamba_ssm_dtype`` plus the conv window, per GDN layer, TP-sharded).
+        """
+        model = self._aic_model()
+        if model.model_family not in _LINEAR_STATE_FAMILIES:
+            return 0.0
+        return float(model.get_kvcache_bytes_per_sequence(0))
+
+    def sglang_hybrid_pool(
+        self, *, disable_radix_cache: bool, max_running_requests: int | None = None
+    ) -> HybridPool | None:
+        """SGLang's state and KV pools of one rank for a hybrid linear-attention model; None for other models.
+
+        The budget is aiconfigurator-core's (:meth:`kv_capacity_tokens`' ``total_kv_size_bytes`` at SGLang's default
+        ``mem_fraction_static``), split as SGLang splits it (:func:`sglang_hybrid_pool`). aiconfigurator-core's own
+        token count charges the whole budget to the KV pool less one request's state, as if no state pool existed.
+        """
+        if self.backend != "sglang":
+            raise AicCoverageError("sglang_hybrid_pool models SGLang's memory pools only")
+        state = self.linear_state_bytes_per_request()
+        if state <= 0:
+            return None
+        model = self._aic_model()
+        per_token = float(model.get_kvcache_bytes_per_sequence(1)) - state
+        budget = float(self._kv_estimate(self._sglang_fraction())["total_kv_size_bytes"])
+        return sglang_hybrid_pool(
+            budget,
+            per_token,
+            state,
+            disable_radix_cache=disable_radix_cache,
+            max_running_requests=max_running_requests,
+        )
+
+    def _aic_model(self) -> Any:
+        """aiconfigurator-core's model at this engine's parallelism and precisions, as its KV estimate builds it."""
+        if self._model is None:
+            from aiconfigurator_core.sdk.config_builders import build_model_config
+            from aiconfigurator_core.sdk.models import get_model
+
+            config = build_model_config(
+                tp_size=self.tp,
+                pp_size=1,
+                attention_dp_size=self.attention_dp,
+                moe_tp_size=self._moe_tp(),
+                moe_ep_size=self.moe_ep or 1,
+                gemm_quant_mode=self.gemm_quant_mode,
+                kvcache_quant_mode=self.kvcache_quant_mode,
+                fmha_quant_mode=self.fmha_quant_mode,
+                moe_quant_mode=self.moe_quant_mode,
+            )
+            self._model = get_model(self.model_id, config, self.backend)
+        return self._model
+
     def kv_bytes_per_token(self) -> float:
         """KV bytes one rank holds per token over its ``tp`` GPUs (aiconfigurator-core's per-GPU size × ``tp``).
 
         This is what a PD transfer sends per prompt token: each GPU of the prefill rank sends its share over its own
         link. For MLA models every GPU holds the whole latent, so this counts it ``tp`` times, as the GPUs hold it.
+        For a hybrid linear-attention model it is the full-attention layers' KV only: aiconfigurator-core's
+        ``kv_size_per_token_bytes`` is one sequence of one token, which includes the request's constant
+        linear-attention state (:meth:`linear_state_bytes_per_request`), not a per-token cost.
         """
         if self.backend == "trtllm":
             raise AicCoverageError("kv_bytes_per_token models SGLang's and vLLM's pools, not TensorRT-LLM's")
         fraction = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
-        return float(self._kv_estimate(fraction)["kv_size_per_token_bytes"]) * self.tp
+        per_sequence_token = float(self._kv_estimate(fraction)["kv_size_per_token_bytes"])
+        return (per_sequence_token - self.linear_state_bytes_per_request()) * self.tp
 
     def _kv_estimate(self, mem_fraction_static: float) -> dict[str, Any]:
         from aiconfigurator_core.sdk.engine import _literal_backend_version

@@ -19,6 +19,7 @@ from pearl_sched.profiles.aic_engine import (
     StepTimeCalibration,
     large_ep_comm,
     resolve_model,
+    sglang_hybrid_pool,
     supported_models,
 )
 from pearl_sched.sim.steptimes import StepTimes
@@ -289,3 +290,49 @@ def test_large_ep_is_only_for_ep_across_nodes() -> None:
         large_ep_comm("deepseek-ai/DeepSeek-V3", "gb200", attention_dp=32, moe_tp=1, moe_ep=32, moe_quant_mode="fp9")
     with pytest.raises(AicCoverageError, match="phases"):
         AicStepTimes("qwen3-8b", "h200_sxm", phases=("decode",))
+
+
+def test_sglang_hybrid_pool_splits_the_budget_as_sglang_does() -> None:
+    # SGLang's handle_max_mamba_cache / init_memory_pool with a 100 GB budget, 15,360 B/token, 48 MB state/request
+    budget, per_token, state = 100e9, 15_360.0, 48e6
+    off = sglang_hybrid_pool(budget, per_token, state, disable_radix_cache=True)
+    assert off.state_slots == 512  # --disable-radix-cache without --max-running-requests
+    assert off.kv_tokens == int((budget - 512 * state) // per_token)
+    assert off.max_running_requests == 512  # ratio 1 without the radix cache
+    on = sglang_hybrid_pool(budget, per_token, state, disable_radix_cache=False)
+    slots = int((budget * 0.9 / 1.9) // state)  # state / KV memory = --mamba-full-memory-ratio 0.9
+    assert on.state_slots == slots == 986
+    assert on.kv_tokens == int((budget - slots * state) // per_token)
+    assert on.max_running_requests == slots // 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+    capped = sglang_hybrid_pool(budget, per_token, state, disable_radix_cache=True, max_running_requests=64)
+    assert (capped.state_slots, capped.max_running_requests) == (64, 64)
+    assert capped.kv_tokens == int((budget - 64 * state) // per_token)
+    with pytest.raises(AicCoverageError, match="leaves no KV pool"):
+        sglang_hybrid_pool(512 * state, per_token, state, disable_radix_cache=True)
+
+
+def test_qwen35_state_and_pools_by_hand() -> None:
+    qwen35 = AicStepTimes(
+        "Qwen/Qwen3.5-397B-A17B",
+        "b200_sxm",
+        tp=4,
+        moe_tp=4,
+        moe_ep=1,
+        gemm_quant_mode="fp8",
+        moe_quant_mode="fp8_block",
+        kvcache_quant_mode="bfloat16",
+        fmha_quant_mode="bfloat16",
+    )
+    # 45 Gated DeltaNet layers x (64/4 value heads x 128 x 128 fp32 state + (2x16x128 + 64x128)/4 conv dims x 3 x bf16)
+    state = 45 * (16 * 128 * 128 * 4 + (2 * 16 * 128 + 64 * 128) // 4 * 3 * 2)
+    assert qwen35.linear_state_bytes_per_request() == state == 48_015_360
+    # 15 full-attention layers x K and V x 1 KV head per GPU (2 over TP 4) x 256 dims x 2 bytes, summed over the rank
+    per_token = 15 * 2 * 1 * 256 * 2
+    assert qwen35.kv_bytes_per_token() == pytest.approx(per_token * 4)
+    budget = qwen35._kv_estimate(qwen35._sglang_fraction())["total_kv_size_bytes"]
+    pool = qwen35.sglang_hybrid_pool(disable_radix_cache=True)
+    assert pool is not None
+    assert pool.kv_tokens == int((budget - 512 * state) // per_token)
+    # aiconfigurator-core's own count charges the whole budget to KV less one request's state
+    assert qwen35.kv_capacity_tokens() == int((budget - state) // per_token) > pool.kv_tokens
+    assert AicStepTimes("qwen3-8b", "h200_sxm", tp=2).sglang_hybrid_pool(disable_radix_cache=True) is None

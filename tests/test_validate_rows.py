@@ -275,3 +275,47 @@ def test_aic_decode_estimate_is_the_decode_roles_static_run() -> None:
     assert out[0].sim_tpot_s == pytest.approx(expected)
     assert math.isnan(out[0].sim_ttft_s) and math.isnan(out[0].sim_e2e_s)
     assert out[0].dataset == "silicon-sglang-aic-estimate" and out[0].measured_tpot_s == pytest.approx(0.028)
+
+
+def test_gap_rows_that_repeat_an_inferencemax_measurement_take_its_harness() -> None:
+    def measured(source: str, ttft: str, tpot: str, **fields: str) -> dict[str, str]:
+        row = _row(silicon_data_source=source, silicon_ttft_ms=ttft, silicon_tpot_ms=tpot, **fields)
+        shape = {"model_path": "Qwen/Qwen3.5-397B-A17B", "precision": "fp8", "mode": "agg", "isl": "1024"}
+        return {**shape, "osl": "1024", "batch_size": "4", **row}
+
+    gap = "source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=4"
+    imax = measured("source_file=2026-03-25.csv; model=Qwen3.5", "304.65371906757355", "8.334993756285813", id="a")
+    repeat = measured(gap, "304.65", "8.33", id="b")  # the gap file rounds to 0.01 ms
+    other = measured(gap, "304.65", "8.41", id="c")  # the same shape, another TPOT: another run
+    other_c = measured(gap, "304.65", "8.33", id="d", batch_size="8")  # another concurrency
+    rows = [imax, repeat, other, other_c]
+    assert validate.inferencemax_repeats(rows) == {"b"}
+
+
+def test_every_qwen35_gap_row_repeats_an_inferencemax_measurement() -> None:
+    rows = validate.sglang_silicon_rows()
+    repeats = validate.inferencemax_repeats(rows)
+    gap = {r["id"] for r in rows if validate.harness_of(r) is validate.UNRECORDED}
+    qwen35_gap = {r["id"] for r in rows if r["id"] in gap and r["model_path"] == "Qwen/Qwen3.5-397B-A17B"}
+    assert repeats == qwen35_gap and len(repeats) == 76
+
+
+class FakeHybridEngine:
+    """A named fake with the one method server_memory calls: records which radix setting it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    def sglang_hybrid_pool(self, *, disable_radix_cache: bool) -> object:
+        from pearl_sched.profiles.aic_engine import HybridPool
+
+        self.asked.append(disable_radix_cache)
+        return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
+
+
+def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
+    engine = FakeHybridEngine()
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    assert engine.asked == [True, False]  # one pool per engine and setting
