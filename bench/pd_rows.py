@@ -26,7 +26,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.validate import disagg_rows, recorded_concurrency, sglang_silicon_rows
-from pearl_sched.sim.replay import replay_disagg_closed_loop
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,15 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if item.roles is None or ("kvbound" not in item.row.dataset and not args.all):
             continue
         prefill, decode = item.roles
-        res = replay_disagg_closed_loop(
-            prefill,
-            decode,
-            isl=item.isl,
-            osl=item.osl,
-            concurrency=item.concurrency,
-            rounds=item.harness.prompts_per_client,
-            range_ratio=item.harness.range_ratio,
-        )
+        res = item.replay()
         row, src = item.row, by_id[item.row.row_id]
         mean_len = item.harness.mean_osl(item.isl) + item.harness.mean_osl(item.osl)
         p_layout = f"{prefill.workers}x(tp{getattr(prefill.steps, 'tp', '?')},adp{prefill.ranks})"

@@ -66,6 +66,7 @@ from pearl_sched.profiles.aic_engine import (
     large_ep_comm,
 )
 from pearl_sched.sim.replay import (
+    DisaggReplayResult,
     PDRole,
     ReplayError,
     ReplayResult,
@@ -482,6 +483,20 @@ class DisaggReplayed:
     roles: tuple[PDRole, PDRole] | None = None
     harness: Harness = INFERENCEMAX
 
+    def replay(self) -> DisaggReplayResult:
+        """Replay the row again on its roles' engines, with its own lengths, concurrency and harness."""
+        assert self.roles is not None, "a row without its deployment has nothing to replay"
+        prefill, decode = self.roles
+        return replay_disagg_closed_loop(
+            prefill,
+            decode,
+            isl=self.isl,
+            osl=self.osl,
+            concurrency=self.concurrency,
+            rounds=self.harness.prompts_per_client,
+            range_ratio=self.harness.range_ratio,
+        )
+
 
 def calibrated_disagg_rows(disagg: list[DisaggReplayed]) -> list[Row]:
     """Each disaggregated row replayed again with its engines calibrated on the *other* measurements of its deployment.
@@ -504,22 +519,13 @@ def calibrated_disagg_rows(disagg: list[DisaggReplayed]) -> list[Row]:
             if len({_same_measurement(o) for o in others}) < 3:
                 continue
             assert item.roles is not None
-            prefill, decode = item.roles
             engines = {id(role.steps): role.steps for role in item.roles if isinstance(role.steps, AicStepTimes)}
             cal = StepTimeCalibration()
             cal.observe_many((o.row.sim_tpot_s, o.row.measured_tpot_s) for o in others)
             for engine in engines.values():
                 engine.calibration = cal
             try:
-                res = replay_disagg_closed_loop(
-                    prefill,
-                    decode,
-                    isl=item.isl,
-                    osl=item.osl,
-                    concurrency=item.concurrency,
-                    rounds=item.harness.prompts_per_client,
-                    range_ratio=item.harness.range_ratio,
-                )
+                res = item.replay()
             finally:
                 for engine in engines.values():
                     engine.calibration = None

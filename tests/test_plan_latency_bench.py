@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
 pytest.importorskip("highspy", reason="the highs extra (highspy) is not installed")
 
+from bench import plan_latency as bench
 from pearl_sched import planner
 from pearl_sched.solvers import highs
-
-
-def _bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "plan_latency.py"
-    spec = importlib.util.spec_from_file_location("bench_plan_latency", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_plan_latency"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
 
 
 @pytest.mark.parametrize("mixed", [False, True], ids=["sizes=1", "mixed"])

@@ -327,15 +327,9 @@ def test_the_bench_names_the_search_a_scenario_declares_and_where_it_is_beaten(
 ) -> None:
     """bench/reproduce.py's cost and ``oracle_beaten`` lines say what the scenario's search searched."""
     import dataclasses
-    import importlib.util
-    import sys
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("bench_reproduce", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["bench_reproduce"] = bench
-    spec.loader.exec_module(bench)
+    from bench import reproduce as bench
+
     _, result = exhaustive
     steps = [dataclasses.replace(s, generated_tokens=2 * s.generated_tokens, training_tokens=2 * s.training_tokens)
              for s in result.steps]  # fmt: skip

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="the aic extra (aiconfigurator-core) is not installed")
 
+from bench import validate
 from pearl_sched.profiles.aic_engine import AicStepTimes
 from pearl_sched.sim.replay import DisaggReplayResult, PDRole
-
-
-def _validate() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "bench" / "validate.py"
-    spec = importlib.util.spec_from_file_location("bench_validate", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_validate"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-validate = _validate()
 
 
 def _row(**fields: str) -> dict[str, str]:
