@@ -333,6 +333,30 @@ class Replayed:
     backend_version: str = ""
 
 
+def replay_aggregated(
+    engine: AicStepTimes, *, isl: int, osl: int, concurrency: int, chunk: int, harness: Harness
+) -> tuple[ReplayResult, int]:
+    """One aggregated row on one SGLang server: its memory as the harness launched it, its clients as they sent.
+
+    Returns:
+        The replay and the server's KV pool in tokens (what decides whether the row is KV-bound).
+    """
+    pool, running = server_memory(engine, harness)
+    res = replay_closed_loop(
+        engine,
+        isl=isl,
+        osl=osl,
+        concurrency=concurrency,
+        pool_tokens=pool,
+        max_running_requests=running,
+        chunked_prefill_size=chunk,
+        rounds=harness.prompts_per_client,
+        range_ratio=harness.range_ratio,
+        cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
+    )
+    return res, pool
+
+
 def sglang_silicon_rows() -> list[dict[str, str]]:
     """The SGLang rows of aiconfigurator-core's ``systems/silicon_sample.csv`` (``nan`` read as empty)."""
     import aiconfigurator_core
@@ -361,19 +385,7 @@ def silicon_rows(
         chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
         harness = harness_of(row)
         try:
-            pool, running = server_memory(engine, harness)
-            res = replay_closed_loop(
-                engine,
-                isl=isl,
-                osl=osl,
-                concurrency=conc,
-                pool_tokens=pool,
-                max_running_requests=running,
-                chunked_prefill_size=chunk,
-                rounds=harness.prompts_per_client,
-                range_ratio=harness.range_ratio,
-                cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
-            )
+            res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
         except ReplayError as exc:
             skipped[f"replay refused: {exc}"[:90]] += 1
             continue
@@ -765,19 +777,14 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
             cal = StepTimeCalibration()
             cal.observe_many((o.row.sim_tpot_s, o.row.measured_tpot_s) for o in items if o is not item)
             engine.calibration = cal
-            pool, running = server_memory(engine, item.harness)
             try:
-                res = replay_closed_loop(
+                res, _ = replay_aggregated(
                     engine,
                     isl=item.isl,
                     osl=item.osl,
                     concurrency=item.concurrency,
-                    pool_tokens=pool,
-                    max_running_requests=running,
-                    chunked_prefill_size=item.chunk,
-                    rounds=item.harness.prompts_per_client,
-                    range_ratio=item.harness.range_ratio,
-                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
+                    chunk=item.chunk,
+                    harness=item.harness,
                 )
             finally:
                 engine.calibration = None
