@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -154,6 +154,23 @@ class ModelLimits(Frozen):
         """Whether the weights fit on ``size.tp`` GPUs of ``gpu_type`` (unknown types never fit)."""
         memory = self.gpu_memory_bytes.get(gpu_type)
         return memory is not None and size.tp * memory * self.memory_fraction > self.weight_bytes
+
+
+def sized_ratio_label(sizes: Mapping[Role, Sequence[WorkerSize]]) -> str:
+    """A configuration with its worker sizes: ``2P(tp1)3D(tp2)``, or ``3P(2×tp1+1×tp2)4D(tp2)`` for mixed sizes.
+
+    Args:
+        sizes: The serving workers' sizes per role (in any order; roles without workers are left out).
+    """
+    parts = []
+    for role, letter in ((Role.PREFILL, "P"), (Role.DECODE, "D"), (Role.COLOCATED, "C")):
+        ordered = sorted(sizes.get(role, ()), key=lambda z: (z.tp, z.dp))
+        if not ordered:
+            continue
+        tally = {z.label: ordered.count(z) for z in dict.fromkeys(ordered)}
+        inner = next(iter(tally)) if len(tally) == 1 else "+".join(f"{n}×{z}" for z, n in tally.items())
+        parts.append(f"{len(ordered)}{letter}({inner})")
+    return "".join(parts)
 
 
 class WorkerSizes(Frozen):

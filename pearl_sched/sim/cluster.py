@@ -52,6 +52,7 @@ from pearl_sched.sim.setting import Setting
 from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import (
     GPU,
+    ROLLOUT_ROLES,
     Budget,
     ClusterState,
     Mode,
@@ -63,6 +64,7 @@ from pearl_sched.state import (
     Workload,
     Zone,
     ratio_label,
+    sized_ratio_label,
 )
 
 TELEMETRY_ALPHA = 0.3
@@ -864,15 +866,7 @@ class SimCluster:
         label = ratio_label(self.mode, roles.count(Role.PREFILL), roles.count(Role.DECODE), roles.count(Role.COLOCATED))
         if all(s.size == self.size for s in serving):
             return label
-        parts = []
-        for role, letter in ((Role.PREFILL, "P"), (Role.DECODE, "D"), (Role.COLOCATED, "C")):
-            sizes = sorted((s.size for s in serving if s.role is role), key=lambda z: (z.tp, z.dp))
-            if not sizes:
-                continue
-            counts = {z.label: sizes.count(z) for z in dict.fromkeys(sizes)}
-            inner = next(iter(counts)) if len(counts) == 1 else "+".join(f"{n}×{z}" for z, n in counts.items())
-            parts.append(f"{len(sizes)}{letter}({inner})")
-        return "".join(parts)
+        return sized_ratio_label({role: [s.size for s in serving if s.role is role] for role in ROLLOUT_ROLES})
 
 
 def _refresh_model(decider: Decider, params: PearlParams | None, serving: ServingParams | None = None) -> None:

@@ -17,7 +17,7 @@ from pearl_sched.sim.cluster import SimCluster
 from pearl_sched.sim.rollout import simulate_batch
 from pearl_sched.sim.scenario import GPUS_PER_NODE
 from pearl_sched.sim.setting import Setting
-from pearl_sched.state import ROLLOUT_ROLES, Mode, Role, WorkerSize, WorkerSizes, ratio_label
+from pearl_sched.state import ROLLOUT_ROLES, Mode, Role, WorkerSize, WorkerSizes, ratio_label, sized_ratio_label
 
 SizedConfig = Mapping[Role, tuple[WorkerSize, ...]]
 """Rollout role → the sizes of its workers (one entry per worker)."""
@@ -83,15 +83,7 @@ def sized_label(config: SizedConfig, default: WorkerSize) -> str:
     counts = {role: len(config.get(role, ())) for role, _ in _LETTERS}
     if all(z == default for sizes in config.values() for z in sizes):
         return ratio_label(mode_of(config), counts[Role.PREFILL], counts[Role.DECODE], counts[Role.COLOCATED])
-    parts = []
-    for role, letter in _LETTERS:
-        ordered = sorted(config.get(role, ()), key=lambda z: (z.tp, z.dp))
-        if not ordered:
-            continue
-        tally = {z.label: ordered.count(z) for z in dict.fromkeys(ordered)}
-        inner = next(iter(tally)) if len(tally) == 1 else "+".join(f"{n}×{z}" for z, n in tally.items())
-        parts.append(f"{len(ordered)}{letter}({inner})")
-    return "".join(parts)
+    return sized_ratio_label(config)
 
 
 def simulate_sized(setting: Setting, config: SizedConfig, step: int = 0) -> float:
