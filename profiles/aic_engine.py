@@ -504,7 +504,6 @@ class AicStepTimes:
         defaults there: SGLang's wide-EP MLA tables are collected in those precisions).
         """
         import aiconfigurator_core
-        from aiconfigurator_core.sdk.config_builders import build_model_config
         from aiconfigurator_core.sdk.engine import EngineHandle, _literal_backend_version, build_engine_spec_json
         from aiconfigurator_core.sdk.models import get_model
         from aiconfigurator_core.sdk.models.helpers import _get_model_info
@@ -513,17 +512,7 @@ class AicStepTimes:
         if self.backend == "sglang" and _get_model_info(self.model_id)["architecture"] == "DeepseekV3ForCausalLM":
             self.fmha_quant_mode = self.fmha_quant_mode or "fp8_block"
             self.kvcache_quant_mode = self.kvcache_quant_mode or "fp8"
-        config = build_model_config(
-            tp_size=self.tp,
-            pp_size=1,
-            attention_dp_size=self.attention_dp,
-            moe_tp_size=1,
-            moe_ep_size=self.moe_ep or 1,
-            gemm_quant_mode=self.gemm_quant_mode,
-            kvcache_quant_mode=self.kvcache_quant_mode,
-            fmha_quant_mode=self.fmha_quant_mode,
-            moe_quant_mode=self.moe_quant_mode,
-        )
+        config = self._model_config(moe_tp=1)
         config.moe_comm_backend = dict(comm)
         config.num_gpus_per_node = gpus_per_node(self.gpu)
         config.system = self.gpu
@@ -714,22 +703,26 @@ class AicStepTimes:
     def _aic_model(self) -> Any:
         """aiconfigurator-core's model at this engine's parallelism and precisions, as its KV estimate builds it."""
         if self._model is None:
-            from aiconfigurator_core.sdk.config_builders import build_model_config
             from aiconfigurator_core.sdk.models import get_model
 
-            config = build_model_config(
-                tp_size=self.tp,
-                pp_size=1,
-                attention_dp_size=self.attention_dp,
-                moe_tp_size=self._moe_tp(),
-                moe_ep_size=self.moe_ep or 1,
-                gemm_quant_mode=self.gemm_quant_mode,
-                kvcache_quant_mode=self.kvcache_quant_mode,
-                fmha_quant_mode=self.fmha_quant_mode,
-                moe_quant_mode=self.moe_quant_mode,
-            )
-            self._model = get_model(self.model_id, config, self.backend)
+            self._model = get_model(self.model_id, self._model_config(moe_tp=self._moe_tp()), self.backend)
         return self._model
+
+    def _model_config(self, *, moe_tp: int) -> Any:
+        """aiconfigurator-core's ``ModelConfig`` at this engine's parallelism (MoE TP ``moe_tp``) and precisions."""
+        from aiconfigurator_core.sdk.config_builders import build_model_config
+
+        return build_model_config(
+            tp_size=self.tp,
+            pp_size=1,
+            attention_dp_size=self.attention_dp,
+            moe_tp_size=moe_tp,
+            moe_ep_size=self.moe_ep or 1,
+            gemm_quant_mode=self.gemm_quant_mode,
+            kvcache_quant_mode=self.kvcache_quant_mode,
+            fmha_quant_mode=self.fmha_quant_mode,
+            moe_quant_mode=self.moe_quant_mode,
+        )
 
     def kv_bytes_per_token(self) -> float:
         """KV bytes one rank holds per token over its ``tp`` GPUs (aiconfigurator-core's per-GPU size × ``tp``).
