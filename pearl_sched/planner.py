@@ -493,7 +493,7 @@ def _settle(
         if not current.actions:
             return current
         after = once(apply_actions(state, current.actions), settle_check=True)
-        if after is None or not after.actions:
+        if after is None:  # the state the actions lead to asks for nothing more
             return current
         composed = _compose(state, model, current, after, classify(state), label, digest, pstate, policy)
         if composed is None:
