@@ -389,7 +389,7 @@ def decode_batches_from_log(lines: Iterable[str]) -> DecodeBatchSums:
     """The decode batches of SGLang scheduler log lines (``Decode batch, #running-req: …``; other lines skipped).
 
     An iteration's seconds are n·a/g (a the speculative accept length, 1 without); a line with no running request or
-    no throughput (the first after an idle spell reports what the idle gap diluted, not a step) is skipped.
+    no throughput is skipped. (The first line after an idle spell averages the idle gap in and is kept: an outlier.)
     """
     sums = DecodeBatchSums()
     for line in lines:
@@ -410,9 +410,12 @@ def fit_decode_cost(sums: DecodeBatchSums, *, gpu_type: str, tp: int) -> DecodeC
     non-negative least squares of the factor (scipy's ``nnls``) is the constrained fit itself.
 
     Raises:
-        TelemetryRejected: Fewer than :data:`MIN_DECODE_BATCHES` batches, one batch size, KV tokens that do not vary,
-            or n and K collinear (squared correlation above :data:`COLLINEAR_R2`): the three costs cannot be told apart.
+        TelemetryRejected: A non-finite sum, fewer than :data:`MIN_DECODE_BATCHES` batches, one batch
+            size, KV tokens that do not vary, or n and K collinear (squared correlation above :data:`COLLINEAR_R2`):
+            the three costs cannot be told apart.
     """
+    if not all(math.isfinite(x) for x in sums):
+        raise TelemetryRejected("a decode batch reported a non-finite count, KV size or time")
     k = sums.batches
     if k < MIN_DECODE_BATCHES:
         raise TelemetryRejected(

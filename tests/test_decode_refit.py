@@ -3,6 +3,8 @@ decode batches as SGLang logs them, the improved predictor reading it, and PEARL
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,15 @@ def test_degenerate_batches_are_rejected_with_a_reason(batches: list[tuple[int, 
         sums = sums.add(n, n * context, A_S + B_S * n + C_S * n * context)
     with pytest.raises(TelemetryRejected, match=reason):
         fit_decode_cost(sums, gpu_type="x", tp=2)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_time_is_rejected_not_raised(bad: float) -> None:
+    sums = DecodeBatchSums()
+    for n, context in ((8, 1000.0), (16, 3000.0), (32, 500.0)):
+        sums = sums.add(n, n * context, A_S + B_S * n + C_S * n * context)
+    with pytest.raises(TelemetryRejected, match="non-finite"):
+        fit_decode_cost(sums.add(4, 4000.0, bad), gpu_type="x", tp=2)
 
 
 def test_costs_stay_non_negative_where_least_squares_would_go_negative() -> None:
