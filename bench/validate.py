@@ -5,8 +5,9 @@ Datasets:
 * ``silicon-sglang`` / ``silicon-sglang-kvbound``: the SGLang rows of aiconfigurator-core's
   ``systems/silicon_sample.csv`` (measured TTFT and TPOT of closed-loop benchmarks: ISL, OSL, concurrency, model,
   GPU, precision, parallelism). Each aggregated row the engine covers is replayed through
-  :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool
-  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``, as its benchmark client sent the
+  :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool SGLang
+  derives at its default ``mem_fraction_static`` (``--pool-source aiconfigurator``: aiconfigurator-core's estimate of
+  it, for comparison), as its benchmark client sent the
   requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
@@ -58,6 +59,7 @@ import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import (
+    KV_POOL_SOURCES,
     PHASES,
     AicCoverageError,
     AicStepTimes,
@@ -91,9 +93,28 @@ SGLANG_KV_DTYPE = "bfloat16"
 """SGLang's default ``--kv-cache-dtype auto``: the model's dtype (bf16) for checkpoints without KV-cache scales.
 
 The rows do not name a KV dtype; left unset, aiconfigurator-core infers FP8 KV from FP8 checkpoints."""
+POOL_SOURCE = "sglang"
+"""Where every row's KV pool comes from (``--pool-source``, :data:`pearl_sched.profiles.aic_engine.KV_POOL_SOURCES`):
+SGLang's own derivation (``profile_max_num_token`` at its default ``mem_fraction_static``, weights from
+aiconfigurator-core's model at the row's precision) or aiconfigurator-core's estimate. One source for every row."""
 POOLS: dict[int, int] = {}
-"""KV pool tokens of each engine built here (aiconfigurator-core's estimate of SGLang's pool)."""
-_SERVER_MEMORY: dict[tuple[int, bool], tuple[int, int]] = {}
+"""KV pool tokens of each engine built here (from :data:`POOL_SOURCE`)."""
+
+
+def set_pool_source(source: str) -> None:
+    """Every row's KV pool from ``source`` from now on (``--pool-source``)."""
+    global POOL_SOURCE
+    if source not in KV_POOL_SOURCES:
+        raise ValueError(f"unknown KV pool source {source!r}; known: {', '.join(KV_POOL_SOURCES)}")
+    POOL_SOURCE = source
+
+
+_SERVER_MEMORY: dict[tuple[int, bool, str], tuple[int, int]] = {}
+POOL_SOURCE_NOTES = {
+    "sglang": "KV pool as SGLang's profile_max_num_token derives it: memory x default mem_fraction_static - weights",
+    "aiconfigurator": "KV pool from aiconfigurator-core's estimate_kv_cache: the same budget less its activation,"
+    " NCCL and runtime estimates",
+}
 
 
 @dataclass(frozen=True)
@@ -286,7 +307,7 @@ def _engine(
                 fmha_quant_mode=fmha,
                 phases=phases,
             )
-            POOLS[id(engine)] = engine.kv_capacity_tokens()
+            POOLS[id(engine)] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
             if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
                 engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
@@ -294,7 +315,7 @@ def _engine(
             reason = str(exc)
             reason = re.sub(r".*\): ", "", reason) if "cannot model" in reason else reason
             reason = re.sub(r".* data for .*?per node\), ", "no large-EP data for EP across nodes: ", reason)
-            cache[key] = reason[:90]
+            cache[key] = reason[:160]
     return cache[key]
 
 
@@ -304,13 +325,13 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     For a hybrid linear-attention model (Qwen3.5) SGLang keeps each running request's Gated DeltaNet state in a
     state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
     ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
-    default, for the rows whose launch flags are not recorded). Other models: aiconfigurator-core's pool and SGLang's
-    cap of 4,096.
+    default, for the rows whose launch flags are not recorded). Other models: the pool from :data:`POOL_SOURCE` and
+    SGLang's cap of 4,096.
     """
     radix_off = harness is INFERENCEMAX
-    key = (id(engine), radix_off)
+    key = (id(engine), radix_off, POOL_SOURCE)
     if key not in _SERVER_MEMORY:
-        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off)
+        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off, pool_source=POOL_SOURCE)
         if hybrid is None:
             _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
         else:
@@ -596,7 +617,7 @@ def disagg_rows(
         for role in ("prefill", "decode"):
             engine = _engine(deployment, cache, _side(deployment, role), ROLE_PHASES[role])
             if isinstance(engine, str):
-                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:120]] += 1
+                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:240]] += 1
                 break
             gpu_memory = engine.gpu_memory_bytes()
             gpus = engine.tp * engine.attention_dp
@@ -984,6 +1005,12 @@ def main(argv: list[str] | None = None) -> int:
         help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
     )
     parser.add_argument(
+        "--pool-source",
+        choices=KV_POOL_SOURCES,
+        default="sglang",
+        help="every row's KV pool: SGLang's own derivation (default) or aiconfigurator-core's estimate",
+    )
+    parser.add_argument(
         "--modes",
         default="agg,disagg",
         help="which silicon-sglang rows to replay: agg, disagg or both (default agg,disagg)",
@@ -1007,6 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--modes: unknown mode(s) {sorted(args.modes - {'agg', 'disagg'})}; known: agg, disagg")
     global SCRIPT_KV_FP8, WORLD_STEP_OVERHEAD, DATASET_SUFFIX
     SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
+    set_pool_source(args.pool_source)
     WORLD_STEP_OVERHEAD = args.world_step_overhead
     DATASET_SUFFIX = "-world-overhead" if WORLD_STEP_OVERHEAD else ""
     if WORLD_STEP_OVERHEAD and (args.calibrate or args.aic_estimate):
@@ -1044,6 +1072,8 @@ def main(argv: list[str] | None = None) -> int:
         for reason, n in failed.most_common():
             print(f"validate-coverage dataset=silicon-sglang-aic-estimate rows={n} not_run={reason}")
     print(f"validate-source dataset=silicon-sglang {source} (model/GPU/parallelism per row)")
+    note = POOL_SOURCE_NOTES[POOL_SOURCE]
+    print(f"validate-note dataset=silicon-sglang pool_source={POOL_SOURCE} ({note}; every row)")
     for harness in (INFERENCEMAX, UNRECORDED):
         n = sum(item.harness is harness for item in replayed)
         print(f"validate-harness dataset=silicon-sglang rows={n} harness={harness.name!r}")

@@ -289,11 +289,13 @@ class FakeHybridEngine:
 
     def __init__(self) -> None:
         self.asked: list[bool] = []
+        self.sources: list[str] = []
 
-    def sglang_hybrid_pool(self, *, disable_radix_cache: bool) -> object:
+    def sglang_hybrid_pool(self, *, disable_radix_cache: bool, pool_source: str) -> object:
         from pearl_sched.profiles.aic_engine import HybridPool
 
         self.asked.append(disable_radix_cache)
+        self.sources.append(pool_source)
         return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
 
 
@@ -303,3 +305,34 @@ def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert engine.asked == [True, False]  # one pool per engine and setting
+    assert engine.sources == ["sglang", "sglang"]  # SGLang's own derivation unless --pool-source says otherwise
+
+
+def _agg_row(model: str, system: str, tp: str, gemm: str = "", moe: str = "") -> dict[str, str]:
+    return _row(
+        model_path=model, system=system, tp_size=tp, moe_tp_size=tp, moe_ep_size="1", gemm_quant_mode=gemm,
+        moe_quant_mode=moe, precision="fp8" if gemm else "bf16", mode="agg",
+    )  # fmt: skip
+
+
+def test_the_issues_kv_bound_example_runs_on_sglangs_pool_and_not_on_aiconfigurators() -> None:
+    # Qwen3-32B on one H100: SGLang's derivation leaves 23,990 tokens; aiconfigurator-core's estimate none
+    row = _agg_row("Qwen/Qwen3-32B", "h100_sxm", "1")
+    assert validate.POOL_SOURCE == "sglang"
+    engine = validate._engine(row, {})
+    assert isinstance(engine, AicStepTimes) and validate.POOLS[id(engine)] == 23990
+    validate.set_pool_source("aiconfigurator")
+    try:
+        refused = validate._engine(row, {})
+    finally:
+        validate.set_pool_source("sglang")
+    assert isinstance(refused, str) and refused.startswith("no KV pool in aiconfigurator-core's estimate")
+    with pytest.raises(ValueError, match="unknown KV pool source"):
+        validate.set_pool_source("both")
+
+
+def test_a_row_sglang_could_not_start_keeps_one_clear_reason() -> None:
+    # DeepSeek-R1 FP8 on 4 x B200: the weights exceed SGLang's default fraction (InferenceX's dsr1_fp8_b200.sh runs
+    # TP 4 with --mem-fraction-static 0.95, which the row does not record)
+    reason = validate._engine(_agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block"), {})
+    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
