@@ -51,6 +51,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,21 +142,18 @@ UNRECORDED = Harness("unrecorded (fixed lengths, 5 requests per client assumed)"
 """The aiconfigurator gap-analysis rows name no harness; they are replayed with every request exactly ISL / OSL."""
 
 
-def harness_of(row: dict[str, str]) -> Harness:
-    """The benchmark client behind a silicon row, from its ``silicon_data_source``.
+def harness_of(row: dict[str, str], repeats: Collection[str] = frozenset()) -> Harness:
+    """The benchmark client behind a silicon row, from its ``silicon_data_source`` and the file's repeats.
 
     InferenceMAX rows are the database dumps (``db-dump/…; workflow_run_id=…``) and the dated CSV exports
-    (``source_file=2026-…csv``) with lmsysorg/sglang images, and the gap-analysis rows that repeat one of their
-    measurements (:func:`inferencemax_repeats`); the rest are aiconfigurator's gap-analysis files.
+    (``source_file=2026-…csv``) with lmsysorg/sglang images, and the gap-analysis rows whose id is in ``repeats``
+    (the rows that repeat one of their measurements, :func:`inferencemax_repeats` of the whole file); the rest are
+    aiconfigurator's gap-analysis files.
     """
     source = row["silicon_data_source"]
-    if source.startswith(("db-dump/", "source_file=2026-")) or row.get("id", "") in INFERENCEMAX_REPEATS:
+    if source.startswith(("db-dump/", "source_file=2026-")) or row.get("id", "") in repeats:
         return INFERENCEMAX
     return UNRECORDED
-
-
-INFERENCEMAX_REPEATS: set[str] = set()
-"""Ids of gap-analysis rows that repeat an InferenceMAX measurement (:func:`inferencemax_repeats`), filled by main."""
 
 
 def inferencemax_repeats(rows: list[dict[str, str]]) -> set[str]:
@@ -241,7 +239,7 @@ DATASET_SUFFIX = ""
 """``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
 
 
-def script_kv_dtype(row: dict[str, str]) -> str:
+def script_kv_dtype(row: dict[str, str], harness: Harness) -> str:
     """The KV dtype the row's server ran with, as far as the launch scripts say (``--kv-dtype-from-scripts``).
 
     InferenceMAX's current ``benchmarks/single_node/fixed_seq_len`` scripts pass ``--kv-cache-dtype fp8_e4m3`` for
@@ -249,7 +247,7 @@ def script_kv_dtype(row: dict[str, str]) -> str:
     bf16) for DeepSeek-R1 FP8 on H200 and the bf16 Qwen3.5 runs. The scripts changed over the months the rows span,
     so this is a reading of today's scripts, reported beside the default, never instead of it.
     """
-    if not SCRIPT_KV_FP8 or harness_of(row) is not INFERENCEMAX or row["precision"] == "bf16":
+    if not SCRIPT_KV_FP8 or harness is not INFERENCEMAX or row["precision"] == "bf16":
         return SGLANG_KV_DTYPE
     deepseek = row["model_path"].startswith("deepseek-ai/")
     if deepseek and row["system"] in ("b200_sxm", "b300_sxm"):
@@ -264,17 +262,19 @@ def _engine(
     cache: dict[tuple[object, ...], AicStepTimes | str],
     layout: tuple[int, int, int | None, int | None] | None = None,
     phases: tuple[str, ...] = PHASES,
+    harness: Harness | None = None,
 ) -> AicStepTimes | str:
     """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP).
 
     ``phases``: what the engine runs (a PD role runs one), which decides the large-EP data EP across nodes needs
     (:func:`pearl_sched.profiles.aic_engine.large_ep_comm`). A large-EP engine takes aiconfigurator's KV and
     attention precisions (FP8 for DeepSeek-V3 on SGLang: its wide-EP MLA tables hold no other), not SGLang's bf16
-    default, as aiconfigurator's own estimate of the row does.
+    default, as aiconfigurator's own estimate of the row does. ``harness``: the row's benchmark client (what
+    ``--kv-dtype-from-scripts`` reads; default: :func:`harness_of` the row alone).
     """
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
-    kv: str | None = script_kv_dtype(row)
+    kv: str | None = script_kv_dtype(row, harness_of(row) if harness is None else harness)
     fmha: str | None = SGLANG_KV_DTYPE  # attention in bf16 (the engine has no FP8 context MLA data)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
     key += (kv, phases)
@@ -389,22 +389,25 @@ def sglang_silicon_rows() -> list[dict[str, str]]:
 
 
 def silicon_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[Replayed], Counter[str], str]:
-    """Replay every aggregated SGLang row the engine covers."""
+    """Replay every aggregated SGLang row the engine covers, each as its harness sent it (``repeats``:
+    :func:`harness_of`)."""
     skipped: Counter[str] = Counter()
     out: list[Replayed] = []
     source = ""
     for row in rows:
         if row["mode"] != "agg":
             continue
-        engine = _engine(row, cache)
+        harness = harness_of(row, repeats)
+        engine = _engine(row, cache, harness=harness)
         if isinstance(engine, str):
             skipped[f"{row['model_path']} {row['system']} tp{row['tp_size']}: {engine}"] += 1
             continue
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
         chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
-        harness = harness_of(row)
         try:
             res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
         except ReplayError as exc:
@@ -587,7 +590,9 @@ def _same_measurement(item: DisaggReplayed) -> tuple[object, ...]:
 
 
 def disagg_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[DisaggReplayed], Counter[str]]:
     """Replay every disaggregated SGLang row whose deployment is recorded (in the row or in its twin).
 
@@ -615,9 +620,10 @@ def disagg_rows(
             continue
         roles = []
         for role in ("prefill", "decode"):
-            engine = _engine(deployment, cache, _side(deployment, role), ROLE_PHASES[role])
+            side = _side(deployment, role)
+            engine = _engine(deployment, cache, side, ROLE_PHASES[role], harness_of(deployment, repeats))
             if isinstance(engine, str):
-                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:240]] += 1
+                skipped[f"{row['model_path']} {row['system']} {role} {side}: {engine}"[:240]] += 1
                 break
             gpu_memory = engine.gpu_memory_bytes()
             gpus = engine.tp * engine.attention_dp
@@ -636,7 +642,7 @@ def disagg_rows(
         if len(roles) < 2:
             continue
         isl, osl = int(row["isl"]), int(row["osl"])
-        harness = harness_of(row)
+        harness = harness_of(row, repeats)
         try:
             res = replay_disagg_closed_loop(
                 roles[0],
@@ -668,7 +674,9 @@ def disagg_rows(
 
 
 def aic_decode_estimate_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[Row], Counter[str]]:
     """aiconfigurator's own decode-worker estimate of each disaggregated row whose deployment is recorded (TPOT only).
 
@@ -687,7 +695,7 @@ def aic_decode_estimate_rows(
         if row["mode"] != "disagg" or deployment is None or not deployment["decode_batch_size"]:
             continue
         side = _side(deployment, "decode")
-        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"])
+        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"], harness_of(deployment, repeats))
         if isinstance(engine, str):
             failed[f"{row['model_path']} {row['system']} decode {side}: {engine}"[:120]] += 1
             continue
@@ -696,7 +704,7 @@ def aic_decode_estimate_rows(
         tpot = sum(engine.decode_s(batch, context) for context in contexts) / len(contexts)
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         measured_tpot = float(row["silicon_tpot_ms"]) / 1e3
-        e2e = ttft + (harness_of(row).mean_osl(osl) - 1) * measured_tpot
+        e2e = ttft + (harness_of(row, repeats).mean_osl(osl) - 1) * measured_tpot
         nan = float("nan")
         out.append(Row("silicon-sglang-aic-estimate", "disagg", row["id"], ttft, measured_tpot, e2e, nan, tpot, nan))
     return out, failed
@@ -1044,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     csv_rows = sglang_silicon_rows()
-    INFERENCEMAX_REPEATS.update(inferencemax_repeats(csv_rows))
+    repeats = inferencemax_repeats(csv_rows)  # of the whole file: a repeat's InferenceMAX twin may be sliced off
     csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
     if wanted:
@@ -1054,10 +1062,10 @@ def main(argv: list[str] | None = None) -> int:
     skipped: Counter[str] = Counter()
     source = ""
     if "agg" in args.modes:
-        replayed, skipped, source = silicon_rows(csv_rows, cache)
+        replayed, skipped, source = silicon_rows(csv_rows, cache, repeats)
     disagg: list[DisaggReplayed] = []
     if "disagg" in args.modes:
-        disagg, disagg_skipped = disagg_rows(csv_rows, cache)
+        disagg, disagg_skipped = disagg_rows(csv_rows, cache, repeats)
         skipped += disagg_skipped
     rows = [r.row for r in replayed] + [d.row for d in disagg]
     if args.calibrate:
@@ -1066,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
         estimates, failed = aic_estimate_rows(replayed)
         rows += estimates
         if "disagg" in args.modes:
-            decode_estimates, decode_failed = aic_decode_estimate_rows(csv_rows, cache)
+            decode_estimates, decode_failed = aic_decode_estimate_rows(csv_rows, cache, repeats)
             rows += decode_estimates
             failed += decode_failed
         for reason, n in failed.most_common():
@@ -1078,7 +1086,7 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(item.harness is harness for item in replayed)
         print(f"validate-harness dataset=silicon-sglang rows={n} harness={harness.name!r}")
     print(
-        f"validate-note dataset=silicon-sglang rows={len(INFERENCEMAX_REPEATS)} gap-analysis rows that repeat an"
+        f"validate-note dataset=silicon-sglang rows={len(repeats)} gap-analysis rows that repeat an"
         " InferenceMAX measurement, replayed as InferenceMAX runs"
     )
     corrected = sum(item.tp_corrected for item in replayed)

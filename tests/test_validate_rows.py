@@ -51,13 +51,16 @@ def test_tp_recorded_as_tp_times_ep_is_read_back() -> None:
 def test_kv_dtype_from_the_launch_scripts_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     dsr1 = _row(model_path="deepseek-ai/DeepSeek-R1", precision="fp8")
     qwen_bf16 = _row(model_path="Qwen/Qwen3.5-397B-A17B", precision="bf16")
-    assert validate.script_kv_dtype(dsr1) == "bfloat16"  # SGLang's default unless --kv-dtype-from-scripts
+    imax = validate.INFERENCEMAX
+    assert validate.script_kv_dtype(dsr1, imax) == "bfloat16"  # SGLang's default unless --kv-dtype-from-scripts
     monkeypatch.setattr(validate, "SCRIPT_KV_FP8", True)
-    assert validate.script_kv_dtype(dsr1) == "fp8"
-    assert validate.script_kv_dtype({**dsr1, "system": "h200_sxm"}) == "bfloat16"  # dsr1_fp8_h200.sh sets none
-    assert validate.script_kv_dtype(qwen_bf16) == "bfloat16"
-    gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv"}
-    assert validate.script_kv_dtype(gap) == "bfloat16"
+    assert validate.script_kv_dtype(dsr1, imax) == "fp8"
+    assert validate.script_kv_dtype({**dsr1, "system": "h200_sxm"}, imax) == "bfloat16"  # dsr1_fp8_h200.sh: none
+    assert validate.script_kv_dtype(qwen_bf16, imax) == "bfloat16"
+    gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv", "id": "g"}
+    assert validate.script_kv_dtype(gap, validate.harness_of(gap)) == "bfloat16"
+    # a gap-analysis row that repeats an InferenceMAX measurement is run with that client, passed with the row
+    assert validate.script_kv_dtype(gap, validate.harness_of(gap, {"g"})) == "fp8"
 
 
 def _replayed(model: str, gpu: str, tp: int) -> object:
