@@ -38,7 +38,11 @@ terms:
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
   engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
 - **decode cost by context** (opt-in, ``ServingParams.decode_cost_by_context``): a sequence's b grows with the KV it
-  reads, b·(c + r/2)/c̄ for b measured at the mean context c̄.
+  reads, b·(c + r/2)/c̄ for b measured at the mean context c̄;
+- **prefill cost by context** (``ServingParams.prefill_cost``, fitted from the prefill batches the workers log):
+  n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
+  prefix, a miss's recompute from scratch, a retraction's re-prefill, the first prompt) at its own context; without
+  a fit, t_p per token.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
