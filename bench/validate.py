@@ -5,8 +5,9 @@ Datasets:
 * ``silicon-sglang`` / ``silicon-sglang-kvbound``: the SGLang rows of aiconfigurator-core's
   ``systems/silicon_sample.csv`` (measured TTFT and TPOT of closed-loop benchmarks: ISL, OSL, concurrency, model,
   GPU, precision, parallelism). Each aggregated row the engine covers is replayed through
-  :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool
-  aiconfigurator-core estimates for SGLang's default ``mem_fraction_static``, as its benchmark client sent the
+  :func:`pearl_sched.sim.replay.replay_closed_loop` on aiconfigurator-core step times, with the KV pool SGLang
+  derives at its default ``mem_fraction_static`` (``--pool-source aiconfigurator``: aiconfigurator-core's estimate of
+  it, for comparison), as its benchmark client sent the
   requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
@@ -50,6 +51,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,7 @@ import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
 
 from pearl_sched.profiles.aic_engine import (
+    KV_POOL_SOURCES,
     PHASES,
     AicCoverageError,
     AicStepTimes,
@@ -91,9 +94,28 @@ SGLANG_KV_DTYPE = "bfloat16"
 """SGLang's default ``--kv-cache-dtype auto``: the model's dtype (bf16) for checkpoints without KV-cache scales.
 
 The rows do not name a KV dtype; left unset, aiconfigurator-core infers FP8 KV from FP8 checkpoints."""
+POOL_SOURCE = "sglang"
+"""Where every row's KV pool comes from (``--pool-source``, :data:`pearl_sched.profiles.aic_engine.KV_POOL_SOURCES`):
+SGLang's own derivation (``profile_max_num_token`` at its default ``mem_fraction_static``, weights from
+aiconfigurator-core's model at the row's precision) or aiconfigurator-core's estimate. One source for every row."""
 POOLS: dict[int, int] = {}
-"""KV pool tokens of each engine built here (aiconfigurator-core's estimate of SGLang's pool)."""
-_SERVER_MEMORY: dict[tuple[int, bool], tuple[int, int]] = {}
+"""KV pool tokens of each engine built here (from :data:`POOL_SOURCE`)."""
+
+
+def set_pool_source(source: str) -> None:
+    """Every row's KV pool from ``source`` from now on (``--pool-source``)."""
+    global POOL_SOURCE
+    if source not in KV_POOL_SOURCES:
+        raise ValueError(f"unknown KV pool source {source!r}; known: {', '.join(KV_POOL_SOURCES)}")
+    POOL_SOURCE = source
+
+
+_SERVER_MEMORY: dict[tuple[int, bool, str], tuple[int, int]] = {}
+POOL_SOURCE_NOTES = {
+    "sglang": "KV pool as SGLang's profile_max_num_token derives it: memory x default mem_fraction_static - weights",
+    "aiconfigurator": "KV pool from aiconfigurator-core's estimate_kv_cache: the same budget less its activation,"
+    " NCCL and runtime estimates",
+}
 
 
 @dataclass(frozen=True)
@@ -120,21 +142,18 @@ UNRECORDED = Harness("unrecorded (fixed lengths, 5 requests per client assumed)"
 """The aiconfigurator gap-analysis rows name no harness; they are replayed with every request exactly ISL / OSL."""
 
 
-def harness_of(row: dict[str, str]) -> Harness:
-    """The benchmark client behind a silicon row, from its ``silicon_data_source``.
+def harness_of(row: dict[str, str], repeats: Collection[str] = frozenset()) -> Harness:
+    """The benchmark client behind a silicon row, from its ``silicon_data_source`` and the file's repeats.
 
     InferenceMAX rows are the database dumps (``db-dump/…; workflow_run_id=…``) and the dated CSV exports
-    (``source_file=2026-…csv``) with lmsysorg/sglang images, and the gap-analysis rows that repeat one of their
-    measurements (:func:`inferencemax_repeats`); the rest are aiconfigurator's gap-analysis files.
+    (``source_file=2026-…csv``) with lmsysorg/sglang images, and the gap-analysis rows whose id is in ``repeats``
+    (the rows that repeat one of their measurements, :func:`inferencemax_repeats` of the whole file); the rest are
+    aiconfigurator's gap-analysis files.
     """
     source = row["silicon_data_source"]
-    if source.startswith(("db-dump/", "source_file=2026-")) or row.get("id", "") in INFERENCEMAX_REPEATS:
+    if source.startswith(("db-dump/", "source_file=2026-")) or row.get("id", "") in repeats:
         return INFERENCEMAX
     return UNRECORDED
-
-
-INFERENCEMAX_REPEATS: set[str] = set()
-"""Ids of gap-analysis rows that repeat an InferenceMAX measurement (:func:`inferencemax_repeats`), filled by main."""
 
 
 def inferencemax_repeats(rows: list[dict[str, str]]) -> set[str]:
@@ -220,7 +239,7 @@ DATASET_SUFFIX = ""
 """``--kv-dtype-from-scripts``: FP8 KV where InferenceMAX's launch scripts pass ``--kv-cache-dtype fp8_e4m3``."""
 
 
-def script_kv_dtype(row: dict[str, str]) -> str:
+def script_kv_dtype(row: dict[str, str], harness: Harness) -> str:
     """The KV dtype the row's server ran with, as far as the launch scripts say (``--kv-dtype-from-scripts``).
 
     InferenceMAX's current ``benchmarks/single_node/fixed_seq_len`` scripts pass ``--kv-cache-dtype fp8_e4m3`` for
@@ -228,7 +247,7 @@ def script_kv_dtype(row: dict[str, str]) -> str:
     bf16) for DeepSeek-R1 FP8 on H200 and the bf16 Qwen3.5 runs. The scripts changed over the months the rows span,
     so this is a reading of today's scripts, reported beside the default, never instead of it.
     """
-    if not SCRIPT_KV_FP8 or harness_of(row) is not INFERENCEMAX or row["precision"] == "bf16":
+    if not SCRIPT_KV_FP8 or harness is not INFERENCEMAX or row["precision"] == "bf16":
         return SGLANG_KV_DTYPE
     deepseek = row["model_path"].startswith("deepseek-ai/")
     if deepseek and row["system"] in ("b200_sxm", "b300_sxm"):
@@ -243,17 +262,19 @@ def _engine(
     cache: dict[tuple[object, ...], AicStepTimes | str],
     layout: tuple[int, int, int | None, int | None] | None = None,
     phases: tuple[str, ...] = PHASES,
+    harness: Harness | None = None,
 ) -> AicStepTimes | str:
     """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP).
 
     ``phases``: what the engine runs (a PD role runs one), which decides the large-EP data EP across nodes needs
     (:func:`pearl_sched.profiles.aic_engine.large_ep_comm`). A large-EP engine takes aiconfigurator's KV and
     attention precisions (FP8 for DeepSeek-V3 on SGLang: its wide-EP MLA tables hold no other), not SGLang's bf16
-    default, as aiconfigurator's own estimate of the row does.
+    default, as aiconfigurator's own estimate of the row does. ``harness``: the row's benchmark client (what
+    ``--kv-dtype-from-scripts`` reads; default: :func:`harness_of` the row alone).
     """
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
-    kv: str | None = script_kv_dtype(row)
+    kv: str | None = script_kv_dtype(row, harness_of(row) if harness is None else harness)
     fmha: str | None = SGLANG_KV_DTYPE  # attention in bf16 (the engine has no FP8 context MLA data)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
     key += (kv, phases)
@@ -286,7 +307,7 @@ def _engine(
                 fmha_quant_mode=fmha,
                 phases=phases,
             )
-            POOLS[id(engine)] = engine.kv_capacity_tokens()
+            POOLS[id(engine)] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
             if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
                 engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
@@ -294,7 +315,7 @@ def _engine(
             reason = str(exc)
             reason = re.sub(r".*\): ", "", reason) if "cannot model" in reason else reason
             reason = re.sub(r".* data for .*?per node\), ", "no large-EP data for EP across nodes: ", reason)
-            cache[key] = reason[:90]
+            cache[key] = reason[:160]
     return cache[key]
 
 
@@ -304,13 +325,13 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     For a hybrid linear-attention model (Qwen3.5) SGLang keeps each running request's Gated DeltaNet state in a
     state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
     ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
-    default, for the rows whose launch flags are not recorded). Other models: aiconfigurator-core's pool and SGLang's
-    cap of 4,096.
+    default, for the rows whose launch flags are not recorded). Other models: the pool from :data:`POOL_SOURCE` and
+    SGLang's cap of 4,096.
     """
     radix_off = harness is INFERENCEMAX
-    key = (id(engine), radix_off)
+    key = (id(engine), radix_off, POOL_SOURCE)
     if key not in _SERVER_MEMORY:
-        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off)
+        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off, pool_source=POOL_SOURCE)
         if hybrid is None:
             _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
         else:
@@ -368,22 +389,25 @@ def sglang_silicon_rows() -> list[dict[str, str]]:
 
 
 def silicon_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[Replayed], Counter[str], str]:
-    """Replay every aggregated SGLang row the engine covers."""
+    """Replay every aggregated SGLang row the engine covers, each as its harness sent it (``repeats``:
+    :func:`harness_of`)."""
     skipped: Counter[str] = Counter()
     out: list[Replayed] = []
     source = ""
     for row in rows:
         if row["mode"] != "agg":
             continue
-        engine = _engine(row, cache)
+        harness = harness_of(row, repeats)
+        engine = _engine(row, cache, harness=harness)
         if isinstance(engine, str):
             skipped[f"{row['model_path']} {row['system']} tp{row['tp_size']}: {engine}"] += 1
             continue
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
         chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
-        harness = harness_of(row)
         try:
             res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
         except ReplayError as exc:
@@ -566,7 +590,9 @@ def _same_measurement(item: DisaggReplayed) -> tuple[object, ...]:
 
 
 def disagg_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[DisaggReplayed], Counter[str]]:
     """Replay every disaggregated SGLang row whose deployment is recorded (in the row or in its twin).
 
@@ -594,9 +620,10 @@ def disagg_rows(
             continue
         roles = []
         for role in ("prefill", "decode"):
-            engine = _engine(deployment, cache, _side(deployment, role), ROLE_PHASES[role])
+            side = _side(deployment, role)
+            engine = _engine(deployment, cache, side, ROLE_PHASES[role], harness_of(deployment, repeats))
             if isinstance(engine, str):
-                skipped[f"{row['model_path']} {row['system']} {role} {_side(deployment, role)}: {engine}"[:120]] += 1
+                skipped[f"{row['model_path']} {row['system']} {role} {side}: {engine}"[:240]] += 1
                 break
             gpu_memory = engine.gpu_memory_bytes()
             gpus = engine.tp * engine.attention_dp
@@ -615,7 +642,7 @@ def disagg_rows(
         if len(roles) < 2:
             continue
         isl, osl = int(row["isl"]), int(row["osl"])
-        harness = harness_of(row)
+        harness = harness_of(row, repeats)
         try:
             res = replay_disagg_closed_loop(
                 roles[0],
@@ -647,7 +674,9 @@ def disagg_rows(
 
 
 def aic_decode_estimate_rows(
-    rows: list[dict[str, str]], cache: dict[tuple[object, ...], AicStepTimes | str]
+    rows: list[dict[str, str]],
+    cache: dict[tuple[object, ...], AicStepTimes | str],
+    repeats: Collection[str] = frozenset(),
 ) -> tuple[list[Row], Counter[str]]:
     """aiconfigurator's own decode-worker estimate of each disaggregated row whose deployment is recorded (TPOT only).
 
@@ -666,7 +695,7 @@ def aic_decode_estimate_rows(
         if row["mode"] != "disagg" or deployment is None or not deployment["decode_batch_size"]:
             continue
         side = _side(deployment, "decode")
-        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"])
+        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"], harness_of(deployment, repeats))
         if isinstance(engine, str):
             failed[f"{row['model_path']} {row['system']} decode {side}: {engine}"[:120]] += 1
             continue
@@ -675,7 +704,7 @@ def aic_decode_estimate_rows(
         tpot = sum(engine.decode_s(batch, context) for context in contexts) / len(contexts)
         ttft = float(row["silicon_ttft_ms"]) / 1e3
         measured_tpot = float(row["silicon_tpot_ms"]) / 1e3
-        e2e = ttft + (harness_of(row).mean_osl(osl) - 1) * measured_tpot
+        e2e = ttft + (harness_of(row, repeats).mean_osl(osl) - 1) * measured_tpot
         nan = float("nan")
         out.append(Row("silicon-sglang-aic-estimate", "disagg", row["id"], ttft, measured_tpot, e2e, nan, tpot, nan))
     return out, failed
@@ -984,6 +1013,12 @@ def main(argv: list[str] | None = None) -> int:
         help="FP8 KV where InferenceMAX's current launch scripts set it (a sensitivity, not the default reading)",
     )
     parser.add_argument(
+        "--pool-source",
+        choices=KV_POOL_SOURCES,
+        default="sglang",
+        help="every row's KV pool: SGLang's own derivation (default) or aiconfigurator-core's estimate",
+    )
+    parser.add_argument(
         "--modes",
         default="agg,disagg",
         help="which silicon-sglang rows to replay: agg, disagg or both (default agg,disagg)",
@@ -1007,6 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--modes: unknown mode(s) {sorted(args.modes - {'agg', 'disagg'})}; known: agg, disagg")
     global SCRIPT_KV_FP8, WORLD_STEP_OVERHEAD, DATASET_SUFFIX
     SCRIPT_KV_FP8 = args.kv_dtype_from_scripts
+    set_pool_source(args.pool_source)
     WORLD_STEP_OVERHEAD = args.world_step_overhead
     DATASET_SUFFIX = "-world-overhead" if WORLD_STEP_OVERHEAD else ""
     if WORLD_STEP_OVERHEAD and (args.calibrate or args.aic_estimate):
@@ -1016,7 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     csv_rows = sglang_silicon_rows()
-    INFERENCEMAX_REPEATS.update(inferencemax_repeats(csv_rows))
+    repeats = inferencemax_repeats(csv_rows)  # of the whole file: a repeat's InferenceMAX twin may be sliced off
     csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
     if wanted:
@@ -1026,10 +1062,10 @@ def main(argv: list[str] | None = None) -> int:
     skipped: Counter[str] = Counter()
     source = ""
     if "agg" in args.modes:
-        replayed, skipped, source = silicon_rows(csv_rows, cache)
+        replayed, skipped, source = silicon_rows(csv_rows, cache, repeats)
     disagg: list[DisaggReplayed] = []
     if "disagg" in args.modes:
-        disagg, disagg_skipped = disagg_rows(csv_rows, cache)
+        disagg, disagg_skipped = disagg_rows(csv_rows, cache, repeats)
         skipped += disagg_skipped
     rows = [r.row for r in replayed] + [d.row for d in disagg]
     if args.calibrate:
@@ -1038,17 +1074,19 @@ def main(argv: list[str] | None = None) -> int:
         estimates, failed = aic_estimate_rows(replayed)
         rows += estimates
         if "disagg" in args.modes:
-            decode_estimates, decode_failed = aic_decode_estimate_rows(csv_rows, cache)
+            decode_estimates, decode_failed = aic_decode_estimate_rows(csv_rows, cache, repeats)
             rows += decode_estimates
             failed += decode_failed
         for reason, n in failed.most_common():
             print(f"validate-coverage dataset=silicon-sglang-aic-estimate rows={n} not_run={reason}")
     print(f"validate-source dataset=silicon-sglang {source} (model/GPU/parallelism per row)")
+    note = POOL_SOURCE_NOTES[POOL_SOURCE]
+    print(f"validate-note dataset=silicon-sglang pool_source={POOL_SOURCE} ({note}; every row)")
     for harness in (INFERENCEMAX, UNRECORDED):
         n = sum(item.harness is harness for item in replayed)
         print(f"validate-harness dataset=silicon-sglang rows={n} harness={harness.name!r}")
     print(
-        f"validate-note dataset=silicon-sglang rows={len(INFERENCEMAX_REPEATS)} gap-analysis rows that repeat an"
+        f"validate-note dataset=silicon-sglang rows={len(repeats)} gap-analysis rows that repeat an"
         " InferenceMAX measurement, replayed as InferenceMAX runs"
     )
     corrected = sum(item.tp_corrected for item in replayed)

@@ -66,6 +66,10 @@ SGLANG_MAMBA_SLOTS_WITHOUT_RADIX = 512
 """State slots SGLang allocates with ``--disable-radix-cache`` and no ``--max-running-requests``."""
 SGLANG_MAMBA_SLOTS_PER_RUNNING_REQUEST = 3
 """SGLang's ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``: state slots per running request with the radix cache."""
+KV_POOL_SOURCES = ("sglang", "aiconfigurator")
+"""Where an SGLang worker's KV pool comes from (:meth:`AicStepTimes.kv_capacity_tokens`): ``sglang`` is SGLang's own
+derivation (``profile_max_num_token``: GPU memory × ``mem_fraction_static`` less the weights), ``aiconfigurator``
+aiconfigurator-core's estimate (the same budget less its activation, NCCL and runtime estimates as well)."""
 _LINEAR_STATE_FAMILIES = frozenset(("QWEN35",))
 """aiconfigurator model families priced with a per-request linear-attention (Gated DeltaNet) state that SGLang keeps
 in its mamba pool beside the KV pool (Qwen3.5; aiconfigurator-core 0.12.0 ``models/qwen35.py``)."""
@@ -249,6 +253,24 @@ class HybridPool:
     """The scheduler's cap on running requests the state pool allows."""
 
 
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """One GPU's memory as aiconfigurator-core's SGLang memory model counts it (bytes, per GPU)."""
+
+    gpu_memory_bytes: float
+    """The system file's ``gpu.mem_capacity``."""
+    weights_bytes: float
+    """Weights at the engine's precisions and parallelism (its model's ops)."""
+    activations_bytes: float
+    """Activations of an 8,192-token forward pass, with the MoE dispatch workspace and SGLang's 15 % overhead."""
+    nccl_bytes: float
+    """The system file's NCCL buffers at the TP degree."""
+    others_bytes: float
+    """The system file's CUDA context / cuBLAS estimate with SGLang's 20 % overhead."""
+    kv_bytes_per_token: float
+    """Full-attention KV bytes of one token on one GPU (a hybrid model's linear-attention state excluded)."""
+
+
 def sglang_hybrid_pool(
     budget_bytes: float,
     kv_bytes_per_token: float,
@@ -428,6 +450,7 @@ class AicStepTimes:
     """The large-EP all-to-all backend per phase (:func:`large_ep_comm`); None: the fused MoE graph."""
     _handle: Any = field(init=False, repr=False)
     _model: Any = field(init=False, repr=False, default=None)
+    _memory: MemoryBreakdown | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         """Check coverage, compile the engine and probe one call of each kind (raises :class:`AicCoverageError`)."""
@@ -651,18 +674,106 @@ class AicStepTimes:
         )
         return self._corrected(raw * 1e3)
 
-    def kv_capacity_tokens(self, mem_fraction_static: float | None = None) -> int:
-        """KV tokens per worker as aiconfigurator-core estimates the pool (its ``estimate_kv_cache``).
+    def kv_capacity_tokens(
+        self, mem_fraction_static: float | None = None, *, pool_source: str = "aiconfigurator"
+    ) -> int:
+        """KV tokens per rank (per GPU's share of every token), from ``pool_source`` (:data:`KV_POOL_SOURCES`).
 
-        ``mem_fraction_static`` (SGLang) or ``gpu_memory_utilization`` (vLLM) defaults to the value SGLang derives for
-        the GPU and parallelism (``derive_sglang_mem_fraction_static`` in aiconfigurator-core, mirroring SGLang's
-        server args) or vLLM's default 0.9.
+        ``aiconfigurator``: aiconfigurator-core's estimate (its ``estimate_kv_cache``): ``mem_fraction_static``
+        (SGLang) or ``gpu_memory_utilization`` (vLLM) of the GPU less its weights, activations, NCCL and runtime
+        estimates; the fraction defaults to aiconfigurator-core's ``derive_sglang_mem_fraction_static`` or vLLM's 0.9.
+        ``sglang``: SGLang's own derivation (:meth:`sglang_kv_budget_bytes`), SGLang backend only.
+
+        Raises:
+            AicCoverageError: the source leaves no KV pool (the message says what took the memory), or an
+                unknown source.
         """
         if self.backend == "trtllm":
             raise AicCoverageError("kv_capacity_tokens models SGLang's and vLLM's pools, not TensorRT-LLM's")
+        if pool_source == "sglang":
+            return int(self.sglang_kv_budget_bytes(mem_fraction_static) // self.memory_breakdown().kv_bytes_per_token)
+        if pool_source != "aiconfigurator":
+            raise AicCoverageError(f"unknown KV pool source {pool_source!r}; known: {', '.join(KV_POOL_SOURCES)}")
         if mem_fraction_static is None:
             mem_fraction_static = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
         return int(self._kv_estimate(mem_fraction_static)["total_kv_size_tokens"])
+
+    def sglang_mem_fraction_static(self) -> float:
+        """SGLang's default ``--mem-fraction-static`` for this engine (``ServerArgs._handle_gpu_memory_settings``).
+
+        :func:`pearl_sched.sim.memory.default_mem_fraction_static` with SGLang's ``--tp-size`` = every GPU of the
+        engine (``tp × attention_dp``: with ``--enable-dp-attention`` the attention TP is ``tp-size / dp-size``) and
+        ``--dp-size`` = ``attention_dp``. aiconfigurator-core's ``derive_sglang_mem_fraction_static`` is called with
+        the attention TP instead, which under-reserves attention-DP engines (H200 attention-DP 8: 0.864 against
+        SGLang's 0.770).
+        """
+        from pearl_sched.sim.memory import default_mem_fraction_static
+
+        gpus = self.tp * self.attention_dp
+        return default_mem_fraction_static(self.gpu_memory_bytes(), gpus, dp_attention=self.attention_dp)
+
+    def sglang_kv_budget_bytes(self, mem_fraction_static: float | None = None) -> float:
+        """One GPU's KV budget as SGLang derives it: ``memory × mem_fraction_static − weights`` (bytes).
+
+        SGLang's ``ModelRunner.profile_max_num_token`` (``model_runner.py`` in 0.5.5, ``model_runner_kv_cache_mixin.py``
+        in 0.5.9) takes ``rest = available after loading − total × (1 − mem_fraction_static)``, i.e. the fraction of
+        the memory free before loading less the weights; activations and CUDA graphs live in the ``1 −
+        mem_fraction_static`` that ``_handle_gpu_memory_settings`` reserved for them, so nothing else is subtracted
+        (:func:`pearl_sched.sim.memory.kv_pool_tokens`, here per GPU). The weights are aiconfigurator-core's count at
+        the engine's precisions and parallelism; the memory is the system file's, taken whole as the rollout world
+        takes it (SGLang measures it after the CUDA context and NCCL buffers, a few hundred MiB less).
+
+        Raises:
+            AicCoverageError: the weights leave no KV pool at that fraction (SGLang would refuse to start).
+        """
+        from pearl_sched.sim.memory import kv_pool_tokens
+
+        if self.backend != "sglang":
+            raise AicCoverageError("the sglang KV pool source models SGLang's pool only")
+        memory = self.memory_breakdown()
+        fraction = self.sglang_mem_fraction_static() if mem_fraction_static is None else mem_fraction_static
+        try:
+            kv_pool_tokens(
+                gpu_memory_bytes=memory.gpu_memory_bytes,
+                tp=1,
+                weights_bytes=memory.weights_bytes,
+                kv_bytes_per_token=memory.kv_bytes_per_token,
+                mem_fraction_static=fraction,
+            )
+        except ValueError:
+            raise AicCoverageError(
+                f"no KV pool at SGLang's mem_fraction_static {fraction}: weights {memory.weights_bytes / 2**30:.1f} "
+                f"GiB per GPU > {memory.gpu_memory_bytes * fraction / 2**30:.1f} GiB"
+            ) from None
+        return memory.gpu_memory_bytes * fraction - memory.weights_bytes
+
+    def memory_breakdown(self) -> MemoryBreakdown:
+        """One GPU's memory as aiconfigurator-core's SGLang/vLLM memory model counts it (what its estimate subtracts).
+
+        ``KVCacheEstimator.from_request(...).breakdown`` (aiconfigurator-core ``sdk/memory.py``) at the engine's
+        model, GPU, parallelism and precisions, 8,192 tokens per forward pass as :meth:`kv_capacity_tokens` asks.
+        """
+        if self._memory is None:
+            from aiconfigurator_core.sdk.memory import KVCacheEstimator
+
+            try:
+                parts = KVCacheEstimator.from_request(**self._estimate_kwargs()).breakdown
+            except Exception as exc:  # the model or perf database cannot be built for this layout
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise AicCoverageError(
+                    f"aiconfigurator-core {aic_version()} has no memory model for {self.model_id} on {self.gpu}: "
+                    f"{first}"
+                ) from None
+            state = self.linear_state_bytes_per_request()
+            self._memory = MemoryBreakdown(
+                gpu_memory_bytes=float(parts["gpu_memory_capacity_bytes"]),
+                weights_bytes=float(parts["weights_bytes"]),
+                activations_bytes=float(parts["activations_bytes"]),
+                nccl_bytes=float(parts["comm_overhead_bytes"]),
+                others_bytes=float(parts["runtime_overhead_bytes"]),
+                kv_bytes_per_token=float(math.floor(parts["kv_size_per_token_bytes"])) - state,
+            )
+        return self._memory
 
     def linear_state_bytes_per_request(self) -> float:
         """One request's linear-attention state on one GPU (0 for models without linear-attention layers).
@@ -676,13 +787,14 @@ class AicStepTimes:
         return float(model.get_kvcache_bytes_per_sequence(0))
 
     def sglang_hybrid_pool(
-        self, *, disable_radix_cache: bool, max_running_requests: int | None = None
+        self, *, disable_radix_cache: bool, max_running_requests: int | None = None, pool_source: str = "aiconfigurator"
     ) -> HybridPool | None:
         """SGLang's state and KV pools of one rank for a hybrid linear-attention model; None for other models.
 
-        The budget is aiconfigurator-core's (:meth:`kv_capacity_tokens`' ``total_kv_size_bytes`` at SGLang's default
-        ``mem_fraction_static``), split as SGLang splits it (:func:`sglang_hybrid_pool`). aiconfigurator-core's own
-        token count charges the whole budget to the KV pool less one request's state, as if no state pool existed.
+        The budget is ``pool_source``'s (:meth:`kv_capacity_tokens`: aiconfigurator-core's ``total_kv_size_bytes`` at
+        its SGLang ``mem_fraction_static``, or SGLang's :meth:`sglang_kv_budget_bytes`), split as SGLang splits it
+        (:func:`sglang_hybrid_pool`). aiconfigurator-core's own token count charges the whole budget to the KV pool
+        less one request's state, as if no state pool existed.
         """
         if self.backend != "sglang":
             raise AicCoverageError("sglang_hybrid_pool models SGLang's memory pools only")
@@ -691,7 +803,12 @@ class AicStepTimes:
             return None
         model = self._aic_model()
         per_token = float(model.get_kvcache_bytes_per_sequence(1)) - state
-        budget = float(self._kv_estimate(self._sglang_fraction())["total_kv_size_bytes"])
+        if pool_source == "sglang":
+            budget = self.sglang_kv_budget_bytes()
+        elif pool_source == "aiconfigurator":
+            budget = float(self._kv_estimate(self._sglang_fraction())["total_kv_size_bytes"])
+        else:
+            raise AicCoverageError(f"unknown KV pool source {pool_source!r}; known: {', '.join(KV_POOL_SOURCES)}")
         return sglang_hybrid_pool(
             budget,
             per_token,
@@ -735,39 +852,51 @@ class AicStepTimes:
         """
         if self.backend == "trtllm":
             raise AicCoverageError("kv_bytes_per_token models SGLang's and vLLM's pools, not TensorRT-LLM's")
-        fraction = self._sglang_fraction() if self.backend == "sglang" else VLLM_GPU_MEMORY_UTILIZATION
-        per_sequence_token = float(self._kv_estimate(fraction)["kv_size_per_token_bytes"])
-        return (per_sequence_token - self.linear_state_bytes_per_request()) * self.tp
+        return self.memory_breakdown().kv_bytes_per_token * self.tp
 
-    def _kv_estimate(self, mem_fraction_static: float) -> dict[str, Any]:
+    def _estimate_kwargs(self) -> dict[str, Any]:
+        """aiconfigurator-core's memory-model arguments for this engine (its KV estimate and ``KVCacheEstimator``)."""
         from aiconfigurator_core.sdk.engine import _literal_backend_version
-        from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
         systems = str(_package_root() / "systems")
+        return {
+            "model_path": self.model_id,
+            "system": self.gpu,
+            "backend": self.backend,
+            "backend_version": _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None),
+            "max_num_tokens": 8192,
+            "max_batch_size": 256,
+            "tp_size": self.tp,
+            "attention_dp_size": self.attention_dp,
+            "moe_tp_size": self._moe_tp(),
+            "moe_ep_size": self.moe_ep,
+            "gemm_quant_mode": self.gemm_quant_mode,
+            "moe_quant_mode": self.moe_quant_mode,
+            "kvcache_quant_mode": self.kvcache_quant_mode,
+            "fmha_quant_mode": self.fmha_quant_mode,
+            "systems_path": systems,
+        }
+
+    def _kv_estimate(self, mem_fraction_static: float) -> dict[str, Any]:
+        from aiconfigurator_core.sdk.memory import estimate_kv_cache
+
         try:
             estimate = estimate_kv_cache(
-                self.model_id,
-                self.gpu,
-                self.backend,
-                _literal_backend_version(self.gpu, self.backend, self.backend_version, systems, None),
-                max_num_tokens=8192,
-                max_batch_size=256,
+                **self._estimate_kwargs(),
                 memory_fraction_kind="of_total",
                 memory_fraction_value=mem_fraction_static,
-                tp_size=self.tp,
-                attention_dp_size=self.attention_dp,
-                moe_tp_size=self._moe_tp(),
-                moe_ep_size=self.moe_ep,
-                gemm_quant_mode=self.gemm_quant_mode,
-                moe_quant_mode=self.moe_quant_mode,
-                kvcache_quant_mode=self.kvcache_quant_mode,
-                fmha_quant_mode=self.fmha_quant_mode,
-                systems_path=systems,
             )
         except ValueError as exc:
+            reason = str(exc).splitlines()[0]
+            if "no KV budget" in reason:  # say what took the memory, per GPU
+                m = self.memory_breakdown()
+                reason = (
+                    f"weights {m.weights_bytes / 2**30:.1f} + activations {m.activations_bytes / 2**30:.1f} + NCCL "
+                    f"{m.nccl_bytes / 2**30:.1f} + runtime {m.others_bytes / 2**30:.1f} GiB per GPU > "
+                    f"{m.gpu_memory_bytes * mem_fraction_static / 2**30:.1f} GiB"
+                )
             raise AicCoverageError(
-                f"aiconfigurator-core {aic_version()} has no KV pool for {self.model_id} on {self.gpu} "
-                f"(tp={self.tp}, mem_fraction_static={mem_fraction_static}): {str(exc).splitlines()[0]}"
+                f"no KV pool in aiconfigurator-core's estimate at mem_fraction_static {mem_fraction_static}: {reason}"
             ) from None
         return dict(estimate)
 

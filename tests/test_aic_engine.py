@@ -336,3 +336,76 @@ def test_qwen35_state_and_pools_by_hand() -> None:
     # aiconfigurator-core's own count charges the whole budget to KV less one request's state
     assert qwen35.kv_capacity_tokens() == int((budget - state) // per_token) > pool.kv_tokens
     assert AicStepTimes("qwen3-8b", "h200_sxm", tp=2).sglang_hybrid_pool(disable_radix_cache=True) is None
+
+
+# -- the KV pool as SGLang derives it (docs/validation.md, "The KV pool") --------------------------------------------
+
+
+def _sglang_fraction_by_hand(memory_mib: float, tp: int, chunk: int, graphs: int, dp: int = 1) -> float:
+    """``ServerArgs._handle_gpu_memory_settings`` (SGLang 0.5.5 / 0.5.9), spelled out for the test."""
+    reserved = 512 + 1.5 * max(chunk, 2048) + 2 * graphs + tp / 8 * 1024
+    if dp > 1:
+        reserved += 3 * graphs * dp + (1.5 * graphs * dp if graphs > 300 else 0)
+    reserved = max(reserved, 10 * 1024) if memory_mib > 60 * 1024 else reserved
+    return round((memory_mib - reserved) / memory_mib, 3)
+
+
+def test_sglang_pool_of_qwen3_32b_on_one_h100_by_hand() -> None:
+    # the issue's KV-bound example (Qwen3-32B, TP 1, H100 80 GiB): SGLang's profile_max_num_token is
+    # (memory x mem_fraction_static - weights) // KV bytes per token; nothing else comes out of the fraction
+    engine = AicStepTimes("Qwen/Qwen3-32B", "h100_sxm", tp=1, kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16")
+    fraction = _sglang_fraction_by_hand(80 * 1024, tp=1, chunk=8192, graphs=256)
+    assert fraction == 0.836 == engine.sglang_mem_fraction_static()
+    # config.json: hidden 5120, 64 layers, 64 query / 8 KV heads of 128, MLP 25,600, vocab 151,936, untied head
+    layer = 5120 * 64 * 128 * 2 + 5120 * 8 * 128 * 2 + 3 * 5120 * 25600
+    weights = 2 * (64 * layer + 2 * 151936 * 5120)  # bf16; the norms (0.7 M parameters) left out
+    per_token = 64 * 2 * 8 * 128 * 2  # layers x (K, V) x KV heads x head dim x bf16
+    by_hand = (80 * 2**30 * fraction - weights) // per_token
+    assert engine.kv_capacity_tokens(pool_source="sglang") == pytest.approx(by_hand, rel=1e-3)  # 23,990 tokens
+    # aiconfigurator-core also takes its activations (2.0 GiB) and runtime estimate (4.2 GiB) out of the same budget,
+    # which leaves nothing, where SGLang ran the rows
+    with pytest.raises(AicCoverageError, match=r"activations 2\.0 .* runtime 4\.2 GiB per GPU > 66\.9 GiB"):
+        engine.kv_capacity_tokens(pool_source="aiconfigurator")
+
+
+def test_sglang_pool_of_an_attention_dp_decode_engine_by_hand() -> None:
+    # DeepSeek-V3 FP8 on GB200, decode attention-DP 32 with MoE TP 32 (SGLang 0.5.5 rows): SGLang's --tp-size is the
+    # engine's 32 GPUs and --dp-size 32, so its reserve has the TP and DP-attention terms of 32
+    engine = AicStepTimes(
+        "deepseek-ai/DeepSeek-V3", "gb200", tp=1, attention_dp=32, moe_tp=32, moe_ep=1, gemm_quant_mode="fp8",
+        moe_quant_mode="fp8_block", kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16", phases=("generation",),
+    )  # fmt: skip
+    memory = engine.memory_breakdown()
+    fraction = _sglang_fraction_by_hand(memory.gpu_memory_bytes / 2**20, tp=32, chunk=16384, graphs=512, dp=32)
+    assert fraction == 0.451 == engine.sglang_mem_fraction_static()
+    assert memory.kv_bytes_per_token == (512 + 64) * 61 * 2  # MLA latent + rope key, 61 layers, bf16
+    by_hand = int((memory.gpu_memory_bytes * fraction - memory.weights_bytes) // memory.kv_bytes_per_token)
+    assert engine.kv_capacity_tokens(pool_source="sglang") == by_hand > 500_000
+    # aiconfigurator-core's MoE dispatch workspace grows with attention-DP x experts x top-k / EP: > 100 GiB here
+    assert memory.activations_bytes > 100 * 2**30
+    with pytest.raises(AicCoverageError, match="no KV pool in aiconfigurator-core's estimate"):
+        engine.kv_capacity_tokens(pool_source="aiconfigurator")
+
+
+def test_a_layout_whose_weights_exceed_sglangs_fraction_is_refused_with_one_line() -> None:
+    # DeepSeek-V3 FP8 on 4 x B200: SGLang itself refuses to start at its default fraction (the rows ran with a
+    # --mem-fraction-static their launch script set)
+    engine = AicStepTimes(
+        "deepseek-ai/DeepSeek-V3", "b200_sxm", tp=4, gemm_quant_mode="fp8", moe_quant_mode="fp8_block",
+        kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16",
+    )  # fmt: skip
+    with pytest.raises(AicCoverageError) as refused:
+        engine.kv_capacity_tokens(pool_source="sglang")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
+    with pytest.raises(AicCoverageError, match="unknown KV pool source 'vllm'"):
+        engine.kv_capacity_tokens(pool_source="vllm")
+
+
+def test_the_pool_sources_differ_only_by_what_aiconfigurator_adds(qwen8b: AicStepTimes) -> None:
+    # same fraction (no attention-DP), same weights: the gap is aiconfigurator's activation, NCCL and runtime terms
+    memory = qwen8b.memory_breakdown()
+    extra = memory.activations_bytes + memory.nccl_bytes + memory.others_bytes
+    gap = qwen8b.kv_capacity_tokens(pool_source="sglang") - qwen8b.kv_capacity_tokens(pool_source="aiconfigurator")
+    assert gap == pytest.approx(extra / memory.kv_bytes_per_token, abs=1)

@@ -51,13 +51,16 @@ def test_tp_recorded_as_tp_times_ep_is_read_back() -> None:
 def test_kv_dtype_from_the_launch_scripts_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     dsr1 = _row(model_path="deepseek-ai/DeepSeek-R1", precision="fp8")
     qwen_bf16 = _row(model_path="Qwen/Qwen3.5-397B-A17B", precision="bf16")
-    assert validate.script_kv_dtype(dsr1) == "bfloat16"  # SGLang's default unless --kv-dtype-from-scripts
+    imax = validate.INFERENCEMAX
+    assert validate.script_kv_dtype(dsr1, imax) == "bfloat16"  # SGLang's default unless --kv-dtype-from-scripts
     monkeypatch.setattr(validate, "SCRIPT_KV_FP8", True)
-    assert validate.script_kv_dtype(dsr1) == "fp8"
-    assert validate.script_kv_dtype({**dsr1, "system": "h200_sxm"}) == "bfloat16"  # dsr1_fp8_h200.sh sets none
-    assert validate.script_kv_dtype(qwen_bf16) == "bfloat16"
-    gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv"}
-    assert validate.script_kv_dtype(gap) == "bfloat16"
+    assert validate.script_kv_dtype(dsr1, imax) == "fp8"
+    assert validate.script_kv_dtype({**dsr1, "system": "h200_sxm"}, imax) == "bfloat16"  # dsr1_fp8_h200.sh: none
+    assert validate.script_kv_dtype(qwen_bf16, imax) == "bfloat16"
+    gap = {**dsr1, "silicon_data_source": "source_file=/Users/x/aic-auto-gap-analysis/q.csv", "id": "g"}
+    assert validate.script_kv_dtype(gap, validate.harness_of(gap)) == "bfloat16"
+    # a gap-analysis row that repeats an InferenceMAX measurement is run with that client, passed with the row
+    assert validate.script_kv_dtype(gap, validate.harness_of(gap, {"g"})) == "fp8"
 
 
 def _replayed(model: str, gpu: str, tp: int) -> object:
@@ -289,11 +292,13 @@ class FakeHybridEngine:
 
     def __init__(self) -> None:
         self.asked: list[bool] = []
+        self.sources: list[str] = []
 
-    def sglang_hybrid_pool(self, *, disable_radix_cache: bool) -> object:
+    def sglang_hybrid_pool(self, *, disable_radix_cache: bool, pool_source: str) -> object:
         from pearl_sched.profiles.aic_engine import HybridPool
 
         self.asked.append(disable_radix_cache)
+        self.sources.append(pool_source)
         return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
 
 
@@ -303,3 +308,34 @@ def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert engine.asked == [True, False]  # one pool per engine and setting
+    assert engine.sources == ["sglang", "sglang"]  # SGLang's own derivation unless --pool-source says otherwise
+
+
+def _agg_row(model: str, system: str, tp: str, gemm: str = "", moe: str = "") -> dict[str, str]:
+    return _row(
+        model_path=model, system=system, tp_size=tp, moe_tp_size=tp, moe_ep_size="1", gemm_quant_mode=gemm,
+        moe_quant_mode=moe, precision="fp8" if gemm else "bf16", mode="agg",
+    )  # fmt: skip
+
+
+def test_the_issues_kv_bound_example_runs_on_sglangs_pool_and_not_on_aiconfigurators() -> None:
+    # Qwen3-32B on one H100: SGLang's derivation leaves 23,990 tokens; aiconfigurator-core's estimate none
+    row = _agg_row("Qwen/Qwen3-32B", "h100_sxm", "1")
+    assert validate.POOL_SOURCE == "sglang"
+    engine = validate._engine(row, {})
+    assert isinstance(engine, AicStepTimes) and validate.POOLS[id(engine)] == 23990
+    validate.set_pool_source("aiconfigurator")
+    try:
+        refused = validate._engine(row, {})
+    finally:
+        validate.set_pool_source("sglang")
+    assert isinstance(refused, str) and refused.startswith("no KV pool in aiconfigurator-core's estimate")
+    with pytest.raises(ValueError, match="unknown KV pool source"):
+        validate.set_pool_source("both")
+
+
+def test_a_row_sglang_could_not_start_keeps_one_clear_reason() -> None:
+    # DeepSeek-R1 FP8 on 4 x B200: the weights exceed SGLang's default fraction (InferenceX's dsr1_fp8_b200.sh runs
+    # TP 4 with --mem-fraction-static 0.95, which the row does not record)
+    reason = validate._engine(_agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block"), {})
+    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
