@@ -17,9 +17,10 @@ are fitted the way the planners are in the simulated cluster, from the telemetry
   estimate (no PD run reported).
 - ``improved-own``: fitted from each configuration's own run (an upper bound, as PEARL's θ of the same run was).
 
-The three improved ones also get the two-term prefill cost α·n + β·n·(c + n/2) fitted, as t_p is, from the run's
-prefill steps (new and cached tokens per batch, as SGLang logs them: ``profiles.telemetry.PrefillSteps``);
-``--prefill-cost one-term`` leaves it out (t_p per token whatever the context: the predictor before it). Per
+With ``--prefill-cost two-term`` the three improved ones also charge the two-term prefill cost α·n + β·n·(c + n/2)
+fitted, as t_p is, from the run's prefill steps (new and cached tokens per batch, as SGLang logs them:
+``profiles.telemetry.PrefillSteps``; ``ServingParams.prefill_cost_by_context``); the default ``one-term`` is the
+predictor as plan() runs it (t_p per token whatever the context). The fit is printed either way. Per
 (scenario, GPUs)::
 
     prefill_cost scenario=<s> gpus=<g> t_p_us=<x> alpha_us=<x> beta_ps=<x>      (or two_term=none: no spread)
@@ -49,7 +50,7 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
     predict_measured dataset=<silicon-sglang|silicon-sglang-kvbound> model=<name> rows=<n> mape_pct=<x>
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
-                                         [--prefill-cost two-term|one-term]
+                                         [--prefill-cost one-term|two-term]
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ from pearl_sched.sim.setting import Setting
 from pearl_sched.state import ratio_label
 
 SCENARIOS = "e2e,sensitivity/short-batch,swe-qwen3-8b,swe-qwen3-30b-a3b"
-TWO_TERM = True
-"""``--prefill-cost``: whether the improved predictors get the fitted two-term prefill cost."""
+TWO_TERM = False
+"""``--prefill-cost``: whether the improved predictors charge the fitted two-term prefill cost."""
 MODELS = ("pearl", "improved-prior", "improved", "improved-own")
 
 
@@ -103,8 +104,8 @@ def scenario_named(name: str) -> Scenario:
 
 
 def prefill_cost(run: Run) -> PrefillCost | None:
-    """The two-term prefill cost fitted from the run's prefill steps (None with ``--prefill-cost one-term``)."""
-    return run.observed.prefill_cost() if TWO_TERM else None
+    """The two-term prefill cost fitted from the run's prefill steps (None without a spread in context)."""
+    return run.observed.prefill_cost()
 
 
 @dataclasses.dataclass
@@ -148,12 +149,12 @@ def serving_from(setting: Setting, run: Run) -> ServingParams:
         before, after, turns=turns, prefill_workers=c.prefill, decode_workers=c.decode, colocated_workers=c.colocated
     )
     refitted = refit_serving(setting.serving_params(), c.mode, observation, after, workers=workers)
-    return refitted.model_copy(update={"prefill_cost": prefill_cost(run)})
+    return refitted.model_copy(update={"prefill_cost": prefill_cost(run), "prefill_cost_by_context": TWO_TERM})
 
 
 def prior_serving(setting: Setting, run: Run) -> ServingParams:
     """SGLang's launch settings, and the two-term prefill cost fitted from the run's steps (as t_p is)."""
-    return setting.serving_params(prefill_cost=prefill_cost(run))
+    return setting.serving_params(prefill_cost=prefill_cost(run), prefill_cost_by_context=TWO_TERM)
 
 
 def improved(params: PearlParams, serving: ServingParams) -> MakespanModel:
@@ -342,7 +343,7 @@ def main() -> None:
     parser.add_argument("--gpus", default="8,16")
     parser.add_argument("--silicon-rows", type=int, default=400)
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="two-term")
+    parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="one-term")
     args = parser.parse_args()
     global TWO_TERM
     TWO_TERM = args.prefill_cost == "two-term"

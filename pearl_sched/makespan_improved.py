@@ -39,7 +39,8 @@ terms:
   engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
 - **decode cost by context** (opt-in, ``ServingParams.decode_cost_by_context``): a sequence's b grows with the KV it
   reads, b·(c + r/2)/c̄ for b measured at the mean context c̄;
-- **prefill cost by context** (``ServingParams.prefill_cost``, fitted from the prefill batches the workers log):
+- **prefill cost by context** (opt-in, ``ServingParams.prefill_cost_by_context``; ``prefill_cost`` is fitted from
+  the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
   n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
   prefix, a miss's recompute from scratch, a retraction's re-prefill, the first prompt) at its own context; without
   a fit, t_p per token.
@@ -217,12 +218,22 @@ class ServingParams(Frozen):
         description="Prefill seconds by new and cached tokens, fitted from the workers' prefill batches; None: "
         "PEARL's t_p per token whatever the context (the prior, and a fit without spread in context)",
     )
+    prefill_cost_by_context: bool = Field(
+        default=False,
+        description="Opt-in: charge prefills with ``prefill_cost`` where one is fitted; False: t_p per token (measured "
+        "less accurate with it, docs/makespan.md 'Prefill cost by context')",
+    )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
 
     def observed(self, mode: Mode) -> ModeObservation | None:
         """What the workers reported while ``mode`` ran, if they did."""
         return self.colocated if mode is Mode.COLOCATED else self.disaggregated
+
+    @property
+    def charged_prefill_cost(self) -> PrefillCost | None:
+        """The two-term prefill cost the predictor charges: ``prefill_cost`` when opted in, else None (t_p)."""
+        return self.prefill_cost if self.prefill_cost_by_context else None
 
 
 PEARL_LIMIT = ServingParams(kv_limited=False, perfect_cache=True, pd_whole_context=False)
@@ -611,7 +622,7 @@ class ImprovedMakespanModel:
             prefill = dl + missed
             transfer = dl
         seconds = None
-        cost = serving.prefill_cost
+        cost = serving.charged_prefill_cost
         if cost is not None:
             # The same tokens, each part over the context it runs after (docs/makespan.md, "Prefill cost by
             # context"): a turn that finds its prefix appends ΔL over it (PD: ΔL + r over the prompt part, c − r); one
@@ -709,9 +720,10 @@ class ImprovedMakespanModel:
     def _prefill_s(self, workload: Workload, new_tokens: float, cached_tokens: float) -> float:
         """Seconds of prefilling ``new_tokens`` after ``cached_tokens`` on one reference worker.
 
-        The fitted two-term cost (``ServingParams.prefill_cost``) where there is one, else t_p(c̄) per token.
+        The fitted two-term cost (``ServingParams.prefill_cost``) where there is one and it is opted in
+        (``prefill_cost_by_context``), else t_p(c̄) per token.
         """
-        cost = self.params.serving.prefill_cost
+        cost = self.params.serving.charged_prefill_cost
         if cost is None:
             return new_tokens * self._prefill_per_token_s(workload)
         return cost.seconds(new_tokens, cached_tokens)
@@ -719,7 +731,7 @@ class ImprovedMakespanModel:
     def _burst_s(self, workload: Workload) -> float:
         """The first-turn burst on one reference worker: every trajectory's first prompt, from scratch."""
         b = workload.batch_size
-        if self.params.serving.prefill_cost is None:
+        if self.params.serving.charged_prefill_cost is None:
             return b * workload.prompt_tokens * self._prefill_per_token_s(workload)
         return b * self._prefill_s(workload, workload.prompt_tokens, 0.0)
 
@@ -870,7 +882,7 @@ class ImprovedMakespanModel:
         phases = self.phases(workload)
         t_p = self._prefill_per_token_s(workload)
         turns = [s / PHASES * ph.trajectories for ph in phases]
-        cost = self.params.serving.prefill_cost
+        cost = self.params.serving.charged_prefill_cost
         if cost is None:
             prefilled = (
                 sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + b * workload.prompt_tokens
@@ -893,7 +905,7 @@ class ImprovedMakespanModel:
         decode = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.decode
         r = workload.generated_tokens_per_turn
         own = workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)
-        cost = self.params.serving.prefill_cost
+        cost = self.params.serving.charged_prefill_cost
         m = pools.kv_tokens[role]
         flows = []
         for ph in self.phases(workload):

@@ -98,7 +98,9 @@ def _model(serving: ServingParams) -> ImprovedMakespanModel:
 def test_a_turns_prefill_seconds_by_hand() -> None:
     """Round robin over 2 colocated workers: half the later turns find their prefix (unlimited memory)."""
     cost = PrefillCost(per_token_s=10e-6, per_token_context_s=1e-9)
-    model = _model(ServingParams(kv_limited=False, router="round_robin", prefill_cost=cost))
+    model = _model(
+        ServingParams(kv_limited=False, router="round_robin", prefill_cost=cost, prefill_cost_by_context=True)
+    )
     load = workload(turns=4, appended_tokens_per_turn=100.0, generated_tokens_per_turn=50.0)
     capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=2)
     flow = model._flow(load, capacity, 8.0, Phase(context=1000.0, trajectories=64.0))
@@ -128,10 +130,16 @@ def test_without_a_fit_every_prediction_is_the_one_term_one() -> None:
     ):
         one_term = _model(ServingParams()).predict(load, capacity).total_s
         # β = 0 and α = t_p charges the same seconds as one rate per token (up to rounding)
-        assert _model(ServingParams(prefill_cost=flat)).predict(load, capacity).total_s == pytest.approx(one_term)
+        opted = ServingParams(prefill_cost=flat, prefill_cost_by_context=True)
+        assert _model(opted).predict(load, capacity).total_s == pytest.approx(one_term)
         # and a context term makes recomputes and long appends dearer
         dearer = flat.model_copy(update={"per_token_context_s": 1e-9})
-        assert _model(ServingParams(prefill_cost=dearer)).predict(load, capacity).total_s > one_term
+        assert (
+            _model(ServingParams(prefill_cost=dearer, prefill_cost_by_context=True)).predict(load, capacity).total_s
+            > one_term
+        )
+        # fitted but not opted in (the default): the one rate per token, whatever the fit says
+        assert _model(ServingParams(prefill_cost=dearer)).predict(load, capacity).total_s == one_term
     assert PEARL_LIMIT.prefill_cost is None and ServingParams().prefill_cost is None
     assert math.isfinite(_model(PEARL_LIMIT).predict(load, PoolCapacity(mode=Mode.COLOCATED, colocated=4)).total_s)
 
