@@ -40,11 +40,19 @@ from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import ImprovedMakespanModel, ServingParams
+from pearl_sched.makespan_improved import ImprovedMakespanModel, PrefillCost, ServingParams
 from pearl_sched.plans import ActionKind
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles import telemetry as series
-from pearl_sched.profiles.telemetry import TELEMETRY_COLUMNS, TrajectoryStats, observe_serving, refit, refit_serving
+from pearl_sched.profiles.telemetry import (
+    TELEMETRY_COLUMNS,
+    PrefillSteps,
+    TrajectoryStats,
+    blend_prefill_cost,
+    observe_serving,
+    refit,
+    refit_serving,
+)
 from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.rollout import BatchResult, Engine, PoolChange, RolloutSimulation
 from pearl_sched.sim.scenario import GPUS_PER_NODE
@@ -114,6 +122,7 @@ class ObservedStepTimes:
     def reset(self) -> None:
         """Forget the samples (after each batch's refit)."""
         self.prefill_nt = self.prefill_nn = 0.0  # Σ new tokens × s, Σ new tokens²
+        self.prefill_steps = PrefillSteps()  # the same batches by context: the improved predictor's two-term cost
         self.decode_k = 0
         self.decode_b = self.decode_bb = self.decode_t = self.decode_bt = 0.0
 
@@ -122,6 +131,10 @@ class ObservedStepTimes:
         seconds = self.world.prefill_s(new_tokens, sequences, cached_tokens)
         self.prefill_nt += new_tokens * (seconds + self.overhead_s)
         self.prefill_nn += new_tokens * new_tokens
+        total_cached = cached_tokens * sequences  # SGLang's #cached-token is the batch's sum
+        self.prefill_steps.add(
+            sequences=sequences, new_tokens=new_tokens, cached_tokens=total_cached, seconds=seconds + self.overhead_s
+        )
         return seconds
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
@@ -169,6 +182,10 @@ class ObservedStepTimes:
         if self.prefill_nn > 0:
             update["prefill_s_per_token"] = max(self.prefill_nt / self.prefill_nn, 1e-12)
         return prior.model_copy(update=update) if update else None
+
+    def prefill_cost(self) -> PrefillCost | None:
+        """The two-term prefill cost α·n + β·n·(c + n/2) fitted to this batch's prefill steps (None: one term)."""
+        return self.prefill_steps.fit()
 
     def _decode_fit(self) -> dict[str, float] | None:
         """``A`` and ``b`` by least squares over the decode iterations (None without two batch sizes)."""
@@ -510,14 +527,13 @@ class SimCluster:
         workers = float(sum(counts.values()))
         if self.worker_sizes is not None:  # the pools' sum in reference pools: each size keeps its own (size_pools)
             workers = self.batch_kv_tokens / self.setting.kv_pool_tokens
-        self.serving_params = refit_serving(
-            self.serving_params or self.setting.serving_params(),
-            self.batch_mode,
-            observation,
-            after,
-            workers=workers,
-            alpha=TELEMETRY_ALPHA,
-        )
+        current = self.serving_params or self.setting.serving_params()
+        refitted = refit_serving(current, self.batch_mode, observation, after, workers=workers, alpha=TELEMETRY_ALPHA)
+        # The reference size's prefill batches (new and cached tokens, seconds, as SGLang logs them) refit the
+        # improved predictor's two-term prefill cost; attention-DP ranks' steps are not refitted (as for t_p).
+        fitted = self.observed.prefill_cost() if self.size.dp == 1 else None
+        cost = blend_prefill_cost(current.prefill_cost, fitted, alpha=TELEMETRY_ALPHA)
+        self.serving_params = refitted.model_copy(update={"prefill_cost": cost})
 
     def _refit_device(self) -> None:
         """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first).
