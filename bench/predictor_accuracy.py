@@ -17,6 +17,14 @@ are fitted the way the planners are in the simulated cluster, from the telemetry
   estimate (no PD run reported).
 - ``improved-own``: fitted from each configuration's own run (an upper bound, as PEARL's θ of the same run was).
 
+With ``--prefill-cost two-term`` the three improved ones also charge the two-term prefill cost α·n + β·n·(c + n/2)
+fitted, as t_p is, from the run's prefill steps (new and cached tokens per batch, as SGLang logs them:
+``profiles.telemetry.PrefillSteps``; ``ServingParams.prefill_cost_by_context``); the default ``one-term`` is the
+predictor as plan() runs it (t_p per token whatever the context). The fit is printed either way. Per
+(scenario, GPUs)::
+
+    prefill_cost scenario=<s> gpus=<g> t_p_us=<x> alpha_us=<x> beta_ps=<x>      (or two_term=none: no spread)
+
 Lines, per configuration and per (scenario, GPUs)::
 
     predict scenario=<s> gpus=<g> config=<2P6D> sim_s=<x> pearl_s=<x> improved_s=<x> ... sim_hit=<x> improved_hit=<x>
@@ -42,6 +50,7 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
     predict_measured dataset=<silicon-sglang|silicon-sglang-kvbound> model=<name> rows=<n> mape_pct=<x>
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
+                                         [--prefill-cost one-term|two-term]
 """
 
 from __future__ import annotations
@@ -60,7 +69,7 @@ from bench.common import DATA, FREE
 from pearl_sched import Mode, PoolCapacity, Workload
 from pearl_sched.control import plan_resident
 from pearl_sched.makespan import MakespanModel, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams, ServingParams
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams, PrefillCost, ServingParams
 from pearl_sched.profiles.telemetry import (
     CACHED_TOKENS,
     MAX_TOTAL_NUM_TOKENS,
@@ -77,6 +86,8 @@ from pearl_sched.sim.setting import Setting
 from pearl_sched.state import ratio_label
 
 SCENARIOS = "e2e,sensitivity/short-batch,swe-qwen3-8b,swe-qwen3-30b-a3b"
+TWO_TERM = False
+"""``--prefill-cost``: whether the improved predictors charge the fitted two-term prefill cost."""
 MODELS = ("pearl", "improved-prior", "improved", "improved-own")
 
 
@@ -90,6 +101,11 @@ def scenario_named(name: str) -> Scenario:
         if expanded.name == name:
             return expanded
     raise SystemExit(f"scenario {base} has no variant {variant!r}")
+
+
+def prefill_cost(run: Run) -> PrefillCost | None:
+    """The two-term prefill cost fitted from the run's prefill steps (None without a spread in context)."""
+    return run.observed.prefill_cost()
 
 
 @dataclasses.dataclass
@@ -132,7 +148,13 @@ def serving_from(setting: Setting, run: Run) -> ServingParams:
     observation = observe_serving(
         before, after, turns=turns, prefill_workers=c.prefill, decode_workers=c.decode, colocated_workers=c.colocated
     )
-    return refit_serving(setting.serving_params(), c.mode, observation, after, workers=workers)
+    refitted = refit_serving(setting.serving_params(), c.mode, observation, after, workers=workers)
+    return refitted.model_copy(update={"prefill_cost": prefill_cost(run), "prefill_cost_by_context": TWO_TERM})
+
+
+def prior_serving(setting: Setting, run: Run) -> ServingParams:
+    """SGLang's launch settings, and the two-term prefill cost fitted from the run's steps (as t_p is)."""
+    return setting.serving_params(prefill_cost=prefill_cost(run), prefill_cost_by_context=TWO_TERM)
 
 
 def improved(params: PearlParams, serving: ServingParams) -> MakespanModel:
@@ -164,13 +186,23 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
         params = fitted_params(setting, ran)
         theta_workload = workload.model_copy(update={"bubble_ratio": ran.result.bubble_ratio})
         pearl = PearlMakespanModel(params)
-        prior = improved(params, setting.serving_params())
+        prior = improved(params, prior_serving(setting, ran))
+        cost = prefill_cost(ran)
+        print(
+            f"prefill_cost scenario={name} gpus={gpus} t_p_us={1e6 * params.devices[0].prefill_s_per_token:.2f}"
+            + (
+                f" alpha_us={1e6 * cost.per_token_s:.2f} beta_ps={1e12 * cost.per_token_context_s:.1f}"
+                if cost is not None
+                else " two_term=none"
+            ),
+            flush=True,
+        )
         corrected = improved(params, serving_from(setting, ran))
         truth = [r.result.makespan_s for r in runs]
         predictions: dict[str, list[float]] = {m: [] for m in MODELS}
         for run in runs:
             c = run.capacity
-            own = improved(fitted_params(setting, run), serving_from(setting, run))
+            own = improved(fitted_params(setting, run), serving_from(setting, run))  # its own t_p and (α, β) too
             values = {
                 "pearl": pearl.predict(theta_workload, c).total_s,
                 "improved-prior": prior.predict(workload, c).total_s,
@@ -311,7 +343,10 @@ def main() -> None:
     parser.add_argument("--gpus", default="8,16")
     parser.add_argument("--silicon-rows", type=int, default=400)
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="one-term")
     args = parser.parse_args()
+    global TWO_TERM
+    TWO_TERM = args.prefill_cost == "two-term"
     logging.basicConfig(level=logging.WARNING)
     gpu_counts = [int(g) for g in args.gpus.split(",")]
     overall: dict[str, list[float]] = {m: [] for m in MODELS}

@@ -40,7 +40,12 @@ terms:
 - **decode cost on KV tokens** (``ServingParams.decode_costs``, fitted from the workers' decode batches): τ₀ =
   A + (b + c·f)·n/N_D with f = c + r/2 the tokens a decoding sequence holds, A, b, c regressed on the running
   requests and the batch's KV tokens; without it PEARL's A + b·n, where a sequence's b may grow with the KV it reads
-  (opt-in, ``ServingParams.decode_cost_by_context``): b·(c + r/2)/c̄ for b measured at the mean context c̄.
+  (opt-in, ``ServingParams.decode_cost_by_context``): b·(c + r/2)/c̄ for b measured at the mean context c̄;
+- **prefill cost by context** (opt-in, ``ServingParams.prefill_cost_by_context``; ``prefill_cost`` is fitted from
+  the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
+  n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
+  prefix, a miss's recompute from scratch, a retraction's re-prefill, the first prompt) at its own context; without
+  a fit, t_p per token.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
@@ -169,6 +174,27 @@ class DecodeCost(Frozen):
     per_kv_token_s: NonNegFloat = Field(description="c: added iteration cost per KV token the batch attends")
 
 
+class PrefillCost(Frozen):
+    """A prefill's seconds on one reference worker by the context it runs over: α·n + β·n·(c + n/2).
+
+    n new tokens after c cached ones: the linear layers cost α per new token, attention β per (new token, context
+    token) pair, over the cached prefix and the causal half of the new tokens themselves. So an append over a long
+    cached prefix costs more per token than recomputing a context from scratch, which one rate per token (PEARL's
+    t_p) cannot tell apart. Chunking does not change it: chunks of one prompt sum to α·N + β·N²/2. Fitted from the
+    prefill batches a deployment logs (:class:`pearl_sched.profiles.telemetry.PrefillSteps`; docs/makespan.md,
+    "Prefill cost by context").
+    """
+
+    per_token_s: NonNegFloat = Field(description="α: seconds per new token (the linear layers)")
+    per_token_context_s: NonNegFloat = Field(
+        description="β: seconds per new token per token it attends to (the cached prefix and half its own)"
+    )
+
+    def seconds(self, new_tokens: float, cached_tokens: float) -> float:
+        """Seconds of prefilling ``new_tokens`` after ``cached_tokens`` on one reference worker."""
+        return new_tokens * (self.per_token_s + self.per_token_context_s * (cached_tokens + new_tokens / 2))
+
+
 class ServingParams(Frozen):
     """How the SGLang workers serve: memory, caching, routing, PD transfer, mixed steps — and what they reported.
 
@@ -211,6 +237,16 @@ class ServingParams(Frozen):
     kv_transfer_bytes_per_s: PosFloat | None = Field(
         default=None, description="Measured P→D speed per link (sglang:kv_transfer_speed_gb_s); None: PEARL's BW"
     )
+    prefill_cost: PrefillCost | None = Field(
+        default=None,
+        description="Prefill seconds by new and cached tokens, fitted from the workers' prefill batches; None: "
+        "PEARL's t_p per token whatever the context (the prior, and a fit without spread in context)",
+    )
+    prefill_cost_by_context: bool = Field(
+        default=False,
+        description="Opt-in: charge prefills with ``prefill_cost`` where one is fitted; False: t_p per token (measured "
+        "less accurate with it, docs/makespan.md 'Prefill cost by context')",
+    )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
 
@@ -228,6 +264,11 @@ class ServingParams(Frozen):
     def decode_cost(self, gpu_type: str, tp: int) -> DecodeCost | None:
         """The KV-aware decode cost fitted for workers of (gpu_type, tp), if one was."""
         return next((d for d in self.decode_costs if (d.gpu_type, d.tp) == (gpu_type, tp)), None)
+
+    @property
+    def charged_prefill_cost(self) -> PrefillCost | None:
+        """The two-term prefill cost the predictor charges: ``prefill_cost`` when opted in, else None (t_p)."""
+        return self.prefill_cost if self.prefill_cost_by_context else None
 
 
 PEARL_LIMIT = ServingParams(kv_limited=False, perfect_cache=True, pd_whole_context=False)
@@ -282,6 +323,7 @@ class _Flow(NamedTuple):
     transfer_tokens: float
     retractions: float
     kv_limited: bool
+    prefill_s: float | None = None  # one turn's prefill on a reference worker by context; None: x·t_p (one term)
 
 
 class _Pools(NamedTuple):
@@ -601,15 +643,35 @@ class ImprovedMakespanModel:
         # those terms apply to the (S − 1)/S of the turns that follow one.
         later = max(workload.turns - 1.0, 0.0) / workload.turns
         missed = later * (1 - hit) * held
+        whole = mode is Mode.DISAGGREGATED and serving.pd_whole_context
         if mode is Mode.COLOCATED:
             prefill = dl + missed + retractions * (r / 2 + missed)
             transfer = 0.0
-        elif serving.pd_whole_context:
+        elif whole:
             prefill = dl + later * r + missed
             transfer = dl + later * (1 - decode_hit) * c
         else:
             prefill = dl + missed
             transfer = dl
+        seconds = None
+        cost = serving.charged_prefill_cost
+        if cost is not None:
+            # The same tokens, each part over the context it runs after (docs/makespan.md, "Prefill cost by
+            # context"): a turn that finds its prefix appends ΔL over it (PD: ΔL + r over the prompt part, c − r); one
+            # that misses recomputes its whole prompt from scratch; the first turn appends ΔL (its prompt is the burst).
+            miss = later * (1 - hit)
+            kept = later * hit
+            seconds = (1 - later) * cost.seconds(dl, c)
+            if whole:
+                seconds += kept * cost.seconds(dl + r, held) + miss * cost.seconds(dl + r + held, 0.0)
+            else:
+                seconds += kept * cost.seconds(dl, c) + miss * cost.seconds(dl + held, 0.0)
+            if mode is Mode.COLOCATED and retractions > 0:
+                # A retracted request re-prefills the tail it lost: half a turn's output, and its prefix on a miss.
+                tail = c + dl
+                seconds += retractions * (
+                    (1 - miss) * cost.seconds(r / 2, tail) + miss * cost.seconds(r / 2 + held, tail - held)
+                )
         return _Flow(
             hit=hit,
             decode_hit=decode_hit,
@@ -617,6 +679,7 @@ class ImprovedMakespanModel:
             transfer_tokens=max(transfer, 0.0),
             retractions=retractions,
             kv_limited=limited,
+            prefill_s=seconds,
         )
 
     def token_hit_rate(self, workload: Workload, capacity: PoolCapacity, *, corrected: bool = True) -> float:
@@ -697,6 +760,24 @@ class ImprovedMakespanModel:
         ref = self._pearl.reference
         return ref.prefill_s_per_token + self.params.prefill_s_per_token_per_context * workload.mean_context_tokens
 
+    def _prefill_s(self, workload: Workload, new_tokens: float, cached_tokens: float) -> float:
+        """Seconds of prefilling ``new_tokens`` after ``cached_tokens`` on one reference worker.
+
+        The fitted two-term cost (``ServingParams.prefill_cost``) where there is one and it is opted in
+        (``prefill_cost_by_context``), else t_p(c̄) per token.
+        """
+        cost = self.params.serving.charged_prefill_cost
+        if cost is None:
+            return new_tokens * self._prefill_per_token_s(workload)
+        return cost.seconds(new_tokens, cached_tokens)
+
+    def _burst_s(self, workload: Workload) -> float:
+        """The first-turn burst on one reference worker: every trajectory's first prompt, from scratch."""
+        b = workload.batch_size
+        if self.params.serving.charged_prefill_cost is None:
+            return b * workload.prompt_tokens * self._prefill_per_token_s(workload)
+        return b * self._prefill_s(workload, workload.prompt_tokens, 0.0)
+
     def _bandwidth(self, prefill_capacity: float) -> float:
         """P→D bytes per second of the whole prefill pool."""
         p = self.params.pearl
@@ -751,13 +832,17 @@ class ImprovedMakespanModel:
             flow = self._flow(workload, capacity, n, phase, corrected=corrected)
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
-            own_prefill = x * t_p + (p.switch_overhead_s if colocated else 0.0)
+            turn_s = x * t_p if flow.prefill_s is None else flow.prefill_s
+            own_prefill = turn_s + (p.switch_overhead_s if colocated else 0.0)
             plain = fixed_iteration_s + per_seq_s * n / decode_capacity
             stolen = 0.0
             if colocated:
                 # Prefill-first: the decode batch waits while the worker prefills, W seconds per cycle, so
                 # τ = plain·C/(C − W) and C = r·τ + rest; C is the larger root of C² − (W + rest + r·plain)·C + W·rest.
-                stolen = mixed * t_p * b_total * x / prefill_capacity
+                if flow.prefill_s is None:
+                    stolen = mixed * t_p * b_total * x / prefill_capacity
+                else:
+                    stolen = mixed * b_total * flow.prefill_s / prefill_capacity
                 rest = env + own_prefill
                 span = stolen + rest + r * plain
                 cycle = (span + math.sqrt(max(span * span - 4 * stolen * rest, 0.0))) / 2
@@ -840,8 +925,15 @@ class ImprovedMakespanModel:
         phases = self.phases(workload)
         t_p = self._prefill_per_token_s(workload)
         turns = [s / PHASES * ph.trajectories for ph in phases]
-        prefilled = sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + b * workload.prompt_tokens
-        work = prefilled * t_p / capacity
+        cost = self.params.serving.charged_prefill_cost
+        if cost is None:
+            prefilled = (
+                sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + b * workload.prompt_tokens
+            )
+            work = prefilled * t_p / capacity
+        else:
+            seconds = sum(t * (f.prefill_s or 0.0) for t, f in zip(turns, flows, strict=True))
+            work = (seconds + b * cost.seconds(workload.prompt_tokens, 0.0)) / capacity
         if mode is Mode.DISAGGREGATED and workload.kv_bytes_per_token > 0:
             sent = sum(t * f.transfer_tokens for t, f in zip(turns, flows, strict=True))
             sent += b * self._first_turn_transfer_tokens(workload)
@@ -856,9 +948,12 @@ class ImprovedMakespanModel:
         decode = capacity.colocated if capacity.mode is Mode.COLOCATED else capacity.decode
         r = workload.generated_tokens_per_turn
         own = workload.appended_tokens_per_turn * self._prefill_per_token_s(workload)
+        cost = self.params.serving.charged_prefill_cost
         m = pools.kv_tokens[role]
         flows = []
         for ph in self.phases(workload):
+            if cost is not None:
+                own = cost.seconds(workload.appended_tokens_per_turn, ph.context)
             d = r * (pools.iteration_s[role] + self._per_seq_s(workload, ph.context) * ph.trajectories / decode)
             n = ph.trajectories * d / (d + workload.env_time_per_turn_s + own)
             n = min(n, decode * m / self._footprint(workload, capacity.mode, ph.context))
@@ -968,7 +1063,7 @@ class ImprovedMakespanModel:
         env = workload.env_time_s
         colocated = capacity.mode is Mode.COLOCATED
         prefill_capacity = capacity.colocated if colocated else capacity.prefill
-        burst = b * workload.prompt_tokens * self._prefill_per_token_s(workload) / prefill_capacity
+        burst = self._burst_s(workload) / prefill_capacity
         # The last turn ends the trajectory: S turns make S − 1 environment calls on the critical path.
         calls = max(s - 1.0, 0.0)
         critical = (

@@ -35,7 +35,7 @@ from scipy.linalg import cho_factor, solve_triangular
 from scipy.optimize import nnls
 
 from pearl_sched.errors import TelemetryRejected
-from pearl_sched.makespan_improved import DecodeCost, ModeObservation, ServingParams
+from pearl_sched.makespan_improved import DecodeCost, ModeObservation, PrefillCost, ServingParams
 from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Workload
 
 TELEMETRY_COLUMNS = (
@@ -472,3 +472,80 @@ def refit_decode_costs(current: ServingParams, fitted: Sequence[DecodeCost], *, 
             )
         costs[new.gpu_type, new.tp] = new
     return current.model_copy(update={"decode_costs": tuple(costs.values())})
+
+
+# -- SGLang's prefill batches -----------------------------------------------------------------------------------------
+# Every prefill batch a worker runs, SGLang logs (sglang 0.5.8 wheel, srt/managers/scheduler_metrics_mixin.py,
+# ``log_prefill_stats``; the same fields on main): "Prefill batch, #new-seq: k, #new-token: N, #cached-token: C,
+# token usage: …, #running-req: …, #queue-req: …" — N the tokens it computes, C the prefix tokens the radix cache
+# served, summed over its k requests. The step's seconds come from its duration (the worker's own step timer).
+_PREFILL_LINE = re.compile(r"Prefill batch.*?#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)")
+
+
+def parse_prefill_line(line: str) -> tuple[int, int, int] | None:
+    """(#new-seq, #new-token, #cached-token) of one of SGLang's "Prefill batch" log lines; None for another line."""
+    match = _PREFILL_LINE.search(line)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+class PrefillSteps:
+    """Sufficient statistics of a worker's prefill batches for the two-term prefill cost α·n + β·n·(c + n/2).
+
+    A batch of k requests computing N new tokens after C cached ones in all takes t = α·x₁ + β·x₂ with x₁ = N and
+    x₂ = N·(C + N/2)/k (each request's n·(c + n/2) at the batch's mean n and c). Least squares through the origin
+    over the batches needs Σx₁², Σx₁x₂, Σx₂², Σx₁t and Σx₂t only, so a copy is cheap and nothing is stored per
+    batch. SGLang logs a continued chunked request's earlier chunks as neither new nor cached (its
+    ``add_chunked_req`` counts prefix 0), so a log reader adds them to C; the simulator records them as context.
+    """
+
+    def __init__(self) -> None:
+        """No batches yet."""
+        self.x1x1 = self.x1x2 = self.x2x2 = self.x1t = self.x2t = 0.0
+
+    def add(self, *, sequences: int, new_tokens: float, cached_tokens: float, seconds: float) -> None:
+        """Record one prefill batch: its requests, new and cached tokens (batch totals) and measured seconds."""
+        if sequences <= 0 or new_tokens <= 0 or not math.isfinite(seconds) or seconds < 0:
+            return
+        x1 = float(new_tokens)
+        x2 = new_tokens * (cached_tokens + new_tokens / 2) / sequences
+        self.x1x1 += x1 * x1
+        self.x1x2 += x1 * x2
+        self.x2x2 += x2 * x2
+        self.x1t += x1 * seconds
+        self.x2t += x2 * seconds
+
+    def fit(self) -> PrefillCost | None:
+        """(α, β) by non-negative least squares; None without batches, or without spread in context.
+
+        Without spread x₂ is a multiple of x₁ and the two terms cannot be told apart: the caller keeps one rate per
+        token (PEARL's t_p). Where the unconstrained fit has a negative term, the better of the two one-term fits is
+        taken (α alone is again one rate per token: None).
+        """
+        a, b, c = self.x1x1, self.x1x2, self.x2x2
+        if a <= 0 or c <= 0:
+            return None
+        det = a * c - b * b
+        if det <= 1e-6 * a * c:  # x₁ and x₂ collinear: no spread in context
+            return None
+        alpha = (c * self.x1t - b * self.x2t) / det
+        beta = (a * self.x2t - b * self.x1t) / det
+        if alpha >= 0 and beta >= 0:
+            return PrefillCost(per_token_s=alpha, per_token_context_s=beta)
+        if self.x2t > 0 and self.x2t**2 / c > self.x1t**2 / a:  # β alone explains more than α alone
+            return PrefillCost(per_token_s=0.0, per_token_context_s=self.x2t / c)
+        return None
+
+
+def blend_prefill_cost(
+    previous: PrefillCost | None, fitted: PrefillCost | None, *, alpha: float = 0.3
+) -> PrefillCost | None:
+    """The running two-term prefill cost after one batch's fit (EWMA, weight ``alpha``).
+
+    A batch without a fit keeps the previous one; the first fit replaces none.
+    """
+    if fitted is None or previous is None:
+        return fitted or previous
+    return PrefillCost(
+        per_token_s=(1 - alpha) * previous.per_token_s + alpha * fitted.per_token_s,
+        per_token_context_s=(1 - alpha) * previous.per_token_context_s + alpha * fitted.per_token_context_s,
+    )

@@ -52,6 +52,13 @@ class HighsBackend:
             ("presolve", "on" if _widest_integer_range(model) > _PRESOLVE_ABOVE_RANGE else "off"),
             ("mip_detect_symmetry", False),
             ("mip_heuristic_run_feasibility_jump", False),
+            # RENS and the root reduced-cost heuristic (sub-MIPs at the root): on the mixed-size gate MIPs the
+            # root's own rounding, cuts and restarts reached the same optima without them (at 64 GPUs the LP after
+            # the root's cuts was integral), in 0.65-0.9x the HiGHS time a call. The same plans on the bench's
+            # checks; on about 1 random state in 1,800 another optimum of exactly the same objective among ties
+            # (benchmarks.md, "Fourth pass").
+            ("mip_heuristic_run_rens", False),
+            ("mip_heuristic_run_root_reduced_cost", False),
             # One thread: HiGHS's MIP search runs on one thread whatever the pool (its docs name symmetry
             # detection, off here, as the parallel part) and returned the same plans, but keeping a second
             # worker thread in step cost about 3x the solve time on a loaded 2-core machine (benchmarks.md).

@@ -40,14 +40,16 @@ from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
 from pearl_sched.errors import SimulationError, TelemetryRejected
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import DecodeCost, ImprovedMakespanModel, ServingParams
+from pearl_sched.makespan_improved import DecodeCost, ImprovedMakespanModel, PrefillCost, ServingParams
 from pearl_sched.plans import ActionKind
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles import telemetry as series
 from pearl_sched.profiles.telemetry import (
     TELEMETRY_COLUMNS,
     DecodeBatchSums,
+    PrefillSteps,
     TrajectoryStats,
+    blend_prefill_cost,
     fit_decode_cost,
     observe_serving,
     refit,
@@ -126,6 +128,7 @@ class ObservedStepTimes:
     def reset(self) -> None:
         """Forget the samples (after each batch's refit)."""
         self.prefill_nt = self.prefill_nn = 0.0  # Σ new tokens × s, Σ new tokens²
+        self.prefill_steps = PrefillSteps()  # the same batches by context: the improved predictor's two-term cost
         self.decode_k = 0
         self.decode_b = self.decode_bb = self.decode_t = self.decode_bt = 0.0
         self.decode_kv = self.decode_kvkv = self.decode_bkv = self.decode_kvt = 0.0  # Σ K, Σ K², Σ n·K, Σ K × s
@@ -135,6 +138,10 @@ class ObservedStepTimes:
         seconds = self.world.prefill_s(new_tokens, sequences, cached_tokens)
         self.prefill_nt += new_tokens * (seconds + self.overhead_s)
         self.prefill_nn += new_tokens * new_tokens
+        total_cached = cached_tokens * sequences  # SGLang's #cached-token is the batch's sum
+        self.prefill_steps.add(
+            sequences=sequences, new_tokens=new_tokens, cached_tokens=total_cached, seconds=seconds + self.overhead_s
+        )
         return seconds
 
     def decode_s(self, batch: int, context_tokens: float) -> float:
@@ -201,6 +208,10 @@ class ObservedStepTimes:
             self.decode_bt,
             self.decode_kvt,
         )
+
+    def prefill_cost(self) -> PrefillCost | None:
+        """The two-term prefill cost α·n + β·n·(c + n/2) fitted to this batch's prefill steps (None: one term)."""
+        return self.prefill_steps.fit()
 
     def _decode_fit(self) -> dict[str, float] | None:
         """``A`` and ``b`` by least squares over the decode iterations (None without two batch sizes)."""
@@ -543,14 +554,13 @@ class SimCluster:
         workers = float(sum(counts.values()))
         if self.worker_sizes is not None:  # the pools' sum in reference pools: each size keeps its own (size_pools)
             workers = self.batch_kv_tokens / self.setting.kv_pool_tokens
-        self.serving_params = refit_serving(
-            self.serving_params or self.setting.serving_params(),
-            self.batch_mode,
-            observation,
-            after,
-            workers=workers,
-            alpha=TELEMETRY_ALPHA,
-        )
+        current = self.serving_params or self.setting.serving_params()
+        refitted = refit_serving(current, self.batch_mode, observation, after, workers=workers, alpha=TELEMETRY_ALPHA)
+        # The reference size's prefill batches (new and cached tokens, seconds, as SGLang logs them) refit the
+        # improved predictor's two-term prefill cost; attention-DP ranks' steps are not refitted (as for t_p).
+        fitted = self.observed.prefill_cost() if self.size.dp == 1 else None
+        cost = blend_prefill_cost(current.prefill_cost, fitted, alpha=TELEMETRY_ALPHA)
+        self.serving_params = refitted.model_copy(update={"prefill_cost": cost})
 
     def _refit_decode_costs(self) -> None:
         """Refit the improved predictor's decode cost on n and KV tokens from the batch's decode iterations (EWMA).
