@@ -8,7 +8,9 @@ prints, per segment::
     recheck scenario=<name> segment=<name> policy=<name> now=<tok/s> shipped=<tok/s> same=<yes|no> wall_s=<s>
     recheck_summary policy=<name> segments=<n> same=<n>
 
-``same`` compares whole tokens per second, the precision the run files record. A policy segment is one simulation
+``same`` compares whole tokens per second, the precision the run files record. ``--rank-by-predict`` re-runs with
+``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking by predict"; the lines end in
+``ranking=predict``): the option against the shipped default on every segment. A policy segment is one simulation
 (no sweep, no search): the swe segments take 5-40 s each on 2 cores, the sensitivity ones under 30 s.
 """
 
@@ -19,6 +21,7 @@ import re
 import time
 from pathlib import Path
 
+from pearl_sched.config import PolicyConfig
 from pearl_sched.shared_data import default_data
 from pearl_sched.sim.experiment import run_policy_segment
 from pearl_sched.sim.scenario import load_scenario
@@ -47,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("variants", nargs="*", help="scenario variants, e.g. swe-qwen3-8b/64k (default: all recorded)")
     parser.add_argument("--policy", default="pearl_sched", help="the policy to re-run (default pearl_sched)")
     parser.add_argument("--data", type=Path, default=None, help="the shared data folder (default: found as usual)")
+    parser.add_argument("--rank-by-predict", action="store_true", help="re-run with PolicyConfig(rank_by_predict=True)")
     args = parser.parse_args(argv)
+    config = PolicyConfig(rank_by_predict=True) if args.rank_by_predict else None
+    suffix = " ranking=predict" if args.rank_by_predict else ""
     data = args.data or default_data()
     shipped = shipped_figures(args.policy)
     variants = args.variants or sorted({name for name, _ in shipped})
@@ -62,15 +68,15 @@ def main(argv: list[str] | None = None) -> int:
             if old is None:
                 continue
             started = time.perf_counter()
-            now = round(run_policy_segment(scenario, args.policy, i, data).throughput_tok_s)
+            now = round(run_policy_segment(scenario, args.policy, i, data, config=config).throughput_tok_s)
             checked += 1
             same += now == old
             print(
                 f"recheck scenario={variant} segment={segment.name} policy={args.policy} now={now} shipped={old}"
-                f" same={'yes' if now == old else 'no'} wall_s={time.perf_counter() - started:.0f}",
+                f" same={'yes' if now == old else 'no'} wall_s={time.perf_counter() - started:.0f}{suffix}",
                 flush=True,
             )
-    print(f"recheck_summary policy={args.policy} segments={checked} same={same}")
+    print(f"recheck_summary policy={args.policy} segments={checked} same={same}{suffix}")
     return 0 if same == checked else 1
 
 

@@ -37,8 +37,10 @@ terms:
   (``sglang:num_retracted_requests_total`` per turn) replaces the estimate;
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
   engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
-- **decode cost by context** (opt-in, ``ServingParams.decode_cost_by_context``): a sequence's b grows with the KV it
-  reads, b·(c + r/2)/c̄ for b measured at the mean context c̄;
+- **decode cost on KV tokens** (``ServingParams.decode_costs``, fitted from the workers' decode batches): τ₀ =
+  A + (b + c·f)·n/N_D with f = c + r/2 the tokens a decoding sequence holds, A, b, c regressed on the running
+  requests and the batch's KV tokens; without it PEARL's A + b·n, where a sequence's b may grow with the KV it reads
+  (opt-in, ``ServingParams.decode_cost_by_context``): b·(c + r/2)/c̄ for b measured at the mean context c̄;
 - **prefill cost by context** (opt-in, ``ServingParams.prefill_cost_by_context``; ``prefill_cost`` is fitted from
   the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
   n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
@@ -64,7 +66,7 @@ import math
 from statistics import NormalDist
 from typing import Literal, NamedTuple
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pearl_sched.makespan import (
     MakespanBreakdown,
@@ -157,6 +159,21 @@ class SizePool(Frozen):
     kv_pool_tokens: PosFloat = Field(description="sglang:max_total_num_tokens of one worker of this size")
 
 
+class DecodeCost(Frozen):
+    """A decode iteration's cost on one worker size, fitted on the batch's KV tokens: ``t = A + b·n + c·K``.
+
+    n running requests holding K KV tokens (SGLang's decode log line, "#running-req" and "#token"); the improved
+    predictor's own decode terms (PEARL's device parameters keep PEARL's ``A + b·n``; docs/makespan.md, "Decode
+    cost on KV tokens"). Fitted online by :func:`pearl_sched.profiles.telemetry.fit_decode_cost`.
+    """
+
+    gpu_type: str = Field(min_length=1)
+    tp: int = Field(ge=1)
+    iteration_s: NonNegFloat = Field(description="A: fixed cost of one decode iteration")
+    per_seq_s: NonNegFloat = Field(description="b: added iteration cost per running request")
+    per_kv_token_s: NonNegFloat = Field(description="c: added iteration cost per KV token the batch attends")
+
+
 class PrefillCost(Frozen):
     """A prefill's seconds on one reference worker by the context it runs over: α·n + β·n·(c + n/2).
 
@@ -206,6 +223,13 @@ class ServingParams(Frozen):
         description="Opt-in: a sequence's decode cost grows with its context (b measured at the mean context, scaled "
         "by the KV it reads); False: PEARL's b for every context (docs/makespan.md, 'Decode cost by context')",
     )
+    decode_costs: tuple[DecodeCost, ...] = Field(
+        default=(),
+        exclude_if=lambda v: not v,
+        description="Decode iteration costs per worker size fitted on n and the batch's KV tokens (telemetry); a "
+        "size listed decodes at A + (b + c·f)·n, f the tokens a decoding sequence holds; one not listed at PEARL's "
+        "A + b·n (docs/makespan.md, 'Decode cost on KV tokens')",
+    )
     enable_mixed_chunk: bool = Field(default=False, description="--enable-mixed-chunk")
     mixed_step_factor: PosFloat = Field(
         default=1.0, description="φ = mixed_s / (prefill_s + decode_s) of the step-time engine at the operating point"
@@ -229,6 +253,17 @@ class ServingParams(Frozen):
     def observed(self, mode: Mode) -> ModeObservation | None:
         """What the workers reported while ``mode`` ran, if they did."""
         return self.colocated if mode is Mode.COLOCATED else self.disaggregated
+
+    @model_validator(mode="after")
+    def _unique_decode_costs(self) -> ServingParams:
+        keys = [(d.gpu_type, d.tp) for d in self.decode_costs]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"decode_costs repeat a (gpu_type, tp): {keys}")
+        return self
+
+    def decode_cost(self, gpu_type: str, tp: int) -> DecodeCost | None:
+        """The KV-aware decode cost fitted for workers of (gpu_type, tp), if one was."""
+        return next((d for d in self.decode_costs if (d.gpu_type, d.tp) == (gpu_type, tp)), None)
 
     @property
     def charged_prefill_cost(self) -> PrefillCost | None:
@@ -438,8 +473,9 @@ class ImprovedMakespanModel:
         ref = self._pearl.reference
         m_ref = self.kv_pool_tokens(workload)
         roles = (Role.PREFILL, Role.DECODE, Role.COLOCATED)
+        a_ref = self._iteration_s(ref.gpu_type, ref.tp)
         if not capacity.workers or not any(self._declared(w) for w in capacity.workers):
-            return _Pools(capacity, dict.fromkeys(roles, m_ref), dict.fromkeys(roles, ref.decode_iteration_s))
+            return _Pools(capacity, dict.fromkeys(roles, m_ref), dict.fromkeys(roles, a_ref))
         memo = (workload, capacity)
         if memo in self._resolved:
             return self._resolved[memo]
@@ -451,7 +487,7 @@ class ImprovedMakespanModel:
             weights = [w.count * self._pearl.capacity_weight(workload, w.gpu_type, w.tp, role) for w in members]
             total = sum(weights)
             compute[role] = total
-            kv_tokens[role], iteration[role] = m_ref, ref.decode_iteration_s
+            kv_tokens[role], iteration[role] = m_ref, a_ref
             if total <= 0 or not any(self._declared(w) for w in members):
                 continue
             tokens = 0.0
@@ -459,11 +495,7 @@ class ImprovedMakespanModel:
             for w, weight in zip(members, weights, strict=True):
                 own = self.size_pool_tokens(workload, w.gpu_type, w.tp)
                 tokens += w.count * own if own is not None else weight * m_ref
-                a = (
-                    self._pearl.device(w.gpu_type, w.tp).decode_iteration_s
-                    if own is not None
-                    else ref.decode_iteration_s
-                )
+                a = self._iteration_s(w.gpu_type, w.tp) if own is not None else a_ref
                 fixed += weight * a
             kv_tokens[role] = tokens / total
             iteration[role] = fixed / total
@@ -699,15 +731,26 @@ class ImprovedMakespanModel:
         return self._corrections[key]
 
     # -- per-token costs ----------------------------------------------------------------------------------------
-    def _per_seq_s(self, workload: Workload, context: float) -> float:
-        """The decode cost b of a sequence at a turn's context: PEARL's b (at the mean context c̄) scaled by its KV.
+    def _iteration_s(self, gpu_type: str, tp: int) -> float:
+        """A decode iteration's fixed cost A on a worker of (gpu_type, tp): its KV-aware fit's, else PEARL's."""
+        cost = self.params.serving.decode_cost(gpu_type, tp)
+        return cost.iteration_s if cost is not None else self._pearl.device(gpu_type, tp).decode_iteration_s
 
-        A decode iteration's per-sequence cost is reading that sequence's KV (attention is memory-bound; the
-        weights are A), so a sequence at context c + r/2 costs b·(c + r/2)/c̄. PEARL's b where
-        ``ServingParams.decode_cost_by_context`` is off (PEARL's limit), the batch has no KV size (nothing to read)
-        or its mean context is unknown (under a token).
+    def _per_seq_s(self, workload: Workload, context: float) -> float:
+        """The decode cost of a sequence at a turn's context on the reference worker.
+
+        With a KV-aware fit of the reference size (``ServingParams.decode_costs``) it is b + c·(c + r/2): the fit's
+        per-request cost plus its cost per KV token times the tokens the sequence holds mid-turn. Otherwise
+        PEARL's b, scaled by the KV it reads when ``ServingParams.decode_cost_by_context`` is on: a decode
+        iteration's per-sequence cost is reading that sequence's KV (attention is memory-bound; the weights are A),
+        so a sequence at context c + r/2 costs b·(c + r/2)/c̄; PEARL's b unscaled where that is off (PEARL's limit),
+        the batch has no KV size (nothing to read) or its mean context is unknown (under a token).
         """
-        b = self._pearl.reference.decode_per_seq_s
+        ref = self._pearl.reference
+        fitted = self.params.serving.decode_cost(ref.gpu_type, ref.tp)
+        if fitted is not None:
+            return fitted.per_seq_s + fitted.per_kv_token_s * (context + workload.generated_tokens_per_turn / 2)
+        b = ref.decode_per_seq_s
         mean = workload.mean_context_tokens
         if not self.params.serving.decode_cost_by_context or mean < 1 or workload.kv_bytes_per_token <= 0:
             return b
@@ -868,7 +911,7 @@ class ImprovedMakespanModel:
         s, r = workload.turns, workload.generated_tokens_per_turn
         role = Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE
         m = pools.kv_tokens[role] if pools is not None else self.kv_pool_tokens(workload)
-        a = pools.iteration_s[role] if pools is not None else ref.decode_iteration_s
+        a = pools.iteration_s[role] if pools is not None else self._iteration_s(ref.gpu_type, ref.tp)
         total = 0.0
         for ph in self.phases(workload):
             b = ph.trajectories

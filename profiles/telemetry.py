@@ -12,21 +12,30 @@ The improved predictor's serving parameters come from SGLang's own ``/metrics`` 
 retracted requests, the KV pool size, the P→D speed): :func:`observe_serving` turns two samples around a batch into
 a :class:`~pearl_sched.makespan_improved.ModeObservation`, :func:`refit_serving` folds it in. An absent or NaN
 series is simply not measured, and the model falls back to its structural estimate (docs/profiles.md).
+
+Its decode cost comes from SGLang's decode log line (running requests, the KV tokens they hold, the generation
+throughput): :class:`DecodeBatchSums` keeps the sufficient statistics of those batches, :func:`fit_decode_cost`
+regresses the iteration time on both (``t = A + b·n + c·K``), :func:`refit_decode_costs` folds it in; degenerate
+batches (too few, one size, n and K collinear) are rejected with a reason (docs/makespan.md, "Decode cost on KV
+tokens").
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
+from scipy.linalg import cho_factor, solve_triangular
+from scipy.optimize import nnls
 
 from pearl_sched.errors import TelemetryRejected
-from pearl_sched.makespan_improved import ModeObservation, PrefillCost, ServingParams
+from pearl_sched.makespan_improved import DecodeCost, ModeObservation, PrefillCost, ServingParams
 from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Workload
 
 TELEMETRY_COLUMNS = (
@@ -322,6 +331,147 @@ def refit_serving(
     if mode is Mode.DISAGGREGATED and speed is not None and speed > 0 and senders > 0:
         update["kv_transfer_bytes_per_s"] = speed / senders * 1e9
     return current.model_copy(update=update)
+
+
+# -- SGLang's decode batches ----------------------------------------------------------------------------------------
+# Every --decode-log-interval decode iterations (default 40) SGLang's scheduler logs the running batch
+# (sglang/srt/managers/scheduler_metrics_mixin.py ``log_decode_stats``, read in the 0.5.8 wheel):
+#   Decode batch, #running-req: n, #token: K, token usage: u, [accept len: a, accept rate: …,] cuda graph: …,
+#   gen throughput (token/s): g, #queue-req: q,
+# K is the pool's tokens in use (max_total_num_tokens − available − evictable: the KV the running requests hold) and
+# g the tokens generated since the last line over the seconds since it, so one iteration took n·a/g seconds (a = 1
+# without speculative decoding), the mean step time SGLang itself records under SGLANG_RECORD_STEP_TIME.
+MIN_DECODE_BATCHES = 3
+"""Decode batches below which A, b and c are not fitted (three coefficients need three batches)."""
+
+COLLINEAR_R2 = 1.0 - 1e-6
+"""Squared correlation of n and K above which the fit cannot tell a request's cost from a KV token's."""
+
+_DECODE_LINE = re.compile(
+    r"Decode batch.*?#running-req: (?P<n>\d+), #token: (?P<k>\d+),.*?"
+    r"(?:accept len: (?P<a>[\d.]+),.*?)?gen throughput \(token/s\): (?P<g>[\d.]+)"
+)
+
+
+class DecodeBatchSums(NamedTuple):
+    """Sufficient statistics of decode batches (n running requests, K KV tokens, t seconds an iteration).
+
+    The least-squares fit of ``t = A + b·n + c·K`` needs only these sums, so a running record is nine floats.
+    """
+
+    batches: float = 0.0
+    running: float = 0.0
+    kv: float = 0.0
+    running_sq: float = 0.0
+    running_kv: float = 0.0
+    kv_sq: float = 0.0
+    seconds: float = 0.0
+    running_seconds: float = 0.0
+    kv_seconds: float = 0.0
+
+    def add(self, running: float, kv_tokens: float, seconds: float) -> DecodeBatchSums:
+        """These sums with one more batch of ``running`` requests holding ``kv_tokens`` that took ``seconds``."""
+        n, k, t = float(running), float(kv_tokens), float(seconds)
+        return DecodeBatchSums(
+            self.batches + 1,
+            self.running + n,
+            self.kv + k,
+            self.running_sq + n * n,
+            self.running_kv + n * k,
+            self.kv_sq + k * k,
+            self.seconds + t,
+            self.running_seconds + n * t,
+            self.kv_seconds + k * t,
+        )
+
+
+def decode_batches_from_log(lines: Iterable[str]) -> DecodeBatchSums:
+    """The decode batches of SGLang scheduler log lines (``Decode batch, #running-req: …``; other lines skipped).
+
+    An iteration's seconds are n·a/g (a the speculative accept length, 1 without); a line with no running request or
+    no throughput is skipped. (The first line after an idle spell averages the idle gap in and is kept: an outlier.)
+    """
+    sums = DecodeBatchSums()
+    for line in lines:
+        m = _DECODE_LINE.search(line)
+        if m is None:
+            continue
+        n, kv, rate = int(m["n"]), int(m["k"]), float(m["g"])
+        accept = float(m["a"]) if m["a"] else 1.0
+        if n > 0 and rate > 0 and accept > 0:
+            sums = sums.add(n, kv, n * accept / rate)
+    return sums
+
+
+def fit_decode_cost(sums: DecodeBatchSums, *, gpu_type: str, tp: int) -> DecodeCost:
+    """``t = A + b·n + c·K`` by non-negative least squares over the decode batches ``sums`` records.
+
+    Solved from the sums alone: the normal equations' Gram matrix (scaled to unit diagonal) is factored, and the
+    non-negative least squares of the factor (scipy's ``nnls``) is the constrained fit itself.
+
+    Raises:
+        TelemetryRejected: A non-finite sum, fewer than :data:`MIN_DECODE_BATCHES` batches, one batch
+            size, KV tokens that do not vary, or n and K collinear (squared correlation above :data:`COLLINEAR_R2`):
+            the three costs cannot be told apart.
+    """
+    if not all(math.isfinite(x) for x in sums):
+        raise TelemetryRejected("a decode batch reported a non-finite count, KV size or time")
+    k = sums.batches
+    if k < MIN_DECODE_BATCHES:
+        raise TelemetryRejected(
+            f"{k:.0f} decode batches, fewer than the {MIN_DECODE_BATCHES} a fit of A, b and c needs"
+        )
+    mean_n, mean_kv = sums.running / k, sums.kv / k
+    var_n = sums.running_sq / k - mean_n * mean_n
+    var_kv = sums.kv_sq / k - mean_kv * mean_kv
+    cov = sums.running_kv / k - mean_n * mean_kv
+    if var_n <= 1e-9 * max(1.0, sums.running_sq / k):
+        raise TelemetryRejected("one decode batch size: the cost per request cannot be fitted")
+    if var_kv <= 1e-9 * max(1.0, sums.kv_sq / k):
+        raise TelemetryRejected("the decode batches' KV tokens do not vary: the cost per KV token cannot be fitted")
+    if cov * cov >= COLLINEAR_R2 * var_n * var_kv:
+        raise TelemetryRejected(
+            "running requests and KV tokens are collinear (one context): b and c cannot be told apart"
+        )
+    gram = np.array(
+        [
+            [k, sums.running, sums.kv],
+            [sums.running, sums.running_sq, sums.running_kv],
+            [sums.kv, sums.running_kv, sums.kv_sq],
+        ]
+    )
+    moments = np.array([sums.seconds, sums.running_seconds, sums.kv_seconds])
+    scale = 1.0 / np.sqrt(np.diag(gram))
+    try:
+        factor, lower = cho_factor(gram * np.outer(scale, scale), lower=True)
+    except np.linalg.LinAlgError:
+        raise TelemetryRejected("the decode batches' normal equations are singular") from None
+    factor = np.tril(factor)
+    # ‖X·β − t‖² = ‖Lᵀ·β − L⁻¹·h‖² + const for the Gram matrix L·Lᵀ = XᵀX and h = Xᵀt, so nnls on the factor is the fit
+    scaled, _ = nnls(factor.T, solve_triangular(factor, moments * scale, lower=lower))
+    a, b, c = (float(x) for x in scaled * scale)
+    return DecodeCost(gpu_type=gpu_type, tp=tp, iteration_s=a, per_seq_s=b, per_kv_token_s=c)
+
+
+def refit_decode_costs(current: ServingParams, fitted: Sequence[DecodeCost], *, alpha: float = 0.3) -> ServingParams:
+    """Fold each worker size's new decode cost into ``current`` (EWMA, α, per coefficient); other sizes keep theirs.
+
+    A size without a previous cost takes the new one as it is.
+    """
+    if not 0.0 < alpha <= 1.0 or math.isnan(alpha):
+        raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+    costs = {(d.gpu_type, d.tp): d for d in current.decode_costs}
+    for new in fitted:
+        old = costs.get((new.gpu_type, new.tp))
+        if old is not None:
+            new = new.model_copy(
+                update={
+                    name: (1 - alpha) * getattr(old, name) + alpha * getattr(new, name)
+                    for name in ("iteration_s", "per_seq_s", "per_kv_token_s")
+                }
+            )
+        costs[new.gpu_type, new.tp] = new
+    return current.model_copy(update={"decode_costs": tuple(costs.values())})
 
 
 # -- SGLang's prefill batches -----------------------------------------------------------------------------------------

@@ -38,19 +38,22 @@ from typing import Protocol, runtime_checkable
 
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.control import ApplyReport, ControlLoop, Decider, Event, EventKind, Target
-from pearl_sched.errors import SimulationError
+from pearl_sched.errors import SimulationError, TelemetryRejected
 from pearl_sched.makespan import DeviceParams, PearlMakespanModel, PearlParams
-from pearl_sched.makespan_improved import ImprovedMakespanModel, PrefillCost, ServingParams
+from pearl_sched.makespan_improved import DecodeCost, ImprovedMakespanModel, PrefillCost, ServingParams
 from pearl_sched.plans import ActionKind
 from pearl_sched.predictors import make_predictor
 from pearl_sched.profiles import telemetry as series
 from pearl_sched.profiles.telemetry import (
     TELEMETRY_COLUMNS,
+    DecodeBatchSums,
     PrefillSteps,
     TrajectoryStats,
     blend_prefill_cost,
+    fit_decode_cost,
     observe_serving,
     refit,
+    refit_decode_costs,
     refit_serving,
 )
 from pearl_sched.sim.availability import AvailabilityTrace
@@ -106,6 +109,9 @@ class ObservedStepTimes:
     Only sufficient statistics are kept (PEARL's linear forms are least-squares fits), so a copy is cheap. A worker
     measures a step from launch to result, so the recorded seconds include the per-step framework overhead the
     simulated workers add (``overhead_s``); the seconds returned to the simulator do not (it adds the overhead itself).
+    A decode iteration is recorded as SGLang's decode log reports a batch: its running requests n and the KV tokens
+    K they hold (n × their mean context), for PEARL's fit on n (:meth:`fit`) and the improved predictor's on n and K
+    (:meth:`decode_sums`, :func:`~pearl_sched.profiles.telemetry.fit_decode_cost`).
     """
 
     def __init__(self, world: StepTimes, overhead_s: float = 0.0) -> None:
@@ -125,6 +131,7 @@ class ObservedStepTimes:
         self.prefill_steps = PrefillSteps()  # the same batches by context: the improved predictor's two-term cost
         self.decode_k = 0
         self.decode_b = self.decode_bb = self.decode_t = self.decode_bt = 0.0
+        self.decode_kv = self.decode_kvkv = self.decode_bkv = self.decode_kvt = 0.0  # Σ K, Σ K², Σ n·K, Σ K × s
 
     def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
         """The world's prefill time, recorded."""
@@ -146,6 +153,11 @@ class ObservedStepTimes:
         self.decode_bb += batch * batch
         self.decode_t += measured
         self.decode_bt += batch * measured
+        kv = batch * context_tokens
+        self.decode_kv += kv
+        self.decode_kvkv += kv * kv
+        self.decode_bkv += batch * kv
+        self.decode_kvt += kv * measured
         return seconds
 
     def mixed_s(
@@ -182,6 +194,20 @@ class ObservedStepTimes:
         if self.prefill_nn > 0:
             update["prefill_s_per_token"] = max(self.prefill_nt / self.prefill_nn, 1e-12)
         return prior.model_copy(update=update) if update else None
+
+    def decode_sums(self) -> DecodeBatchSums:
+        """The recorded decode iterations as SGLang's decode batches: (running requests, KV tokens, seconds)."""
+        return DecodeBatchSums(
+            float(self.decode_k),
+            self.decode_b,
+            self.decode_kv,
+            self.decode_bb,
+            self.decode_bkv,
+            self.decode_kvkv,
+            self.decode_t,
+            self.decode_bt,
+            self.decode_kvt,
+        )
 
     def prefill_cost(self) -> PrefillCost | None:
         """The two-term prefill cost α·n + β·n·(c + n/2) fitted to this batch's prefill steps (None: one term)."""
@@ -502,6 +528,7 @@ class SimCluster:
         self.trajectory_stats = fitted.stats
         self._refit_device()
         self._refit_serving(result, turns=len(rows["turn"]))
+        self._refit_decode_costs()
 
     def _refit_serving(self, result: BatchResult, *, turns: int) -> None:
         """Refit the improved predictor's serving parameters from the batch's SGLang series (``/metrics``)."""
@@ -534,6 +561,29 @@ class SimCluster:
         fitted = self.observed.prefill_cost() if self.size.dp == 1 else None
         cost = blend_prefill_cost(current.prefill_cost, fitted, alpha=TELEMETRY_ALPHA)
         self.serving_params = refitted.model_copy(update={"prefill_cost": cost})
+
+    def _refit_decode_costs(self) -> None:
+        """Refit the improved predictor's decode cost on n and KV tokens from the batch's decode iterations (EWMA).
+
+        One cost per TP degree whose workers decoded (the busiest size of it, as PEARL's refit), attention-DP engines
+        excepted as there. A degree whose batches cannot be fitted (:func:`fit_decode_cost`'s reasons) keeps its
+        previous cost, or PEARL's ``A + b·n`` if it has none; the rejection is recorded for the scenario's degree
+        and for any other that decoded. PEARL's device parameters are not touched (:meth:`_refit_device`).
+        """
+        assert self.serving_params is not None  # _refit_serving ran first
+        fitted: list[DecodeCost] = []
+        for tp in sorted({size.tp for size in self.observers}):
+            observers = [o for size, o in self.observers.items() if size.tp == tp and size.dp == 1]
+            if not observers:
+                continue
+            busiest = max(observers, key=lambda o: o.decode_k)
+            try:
+                fitted.append(fit_decode_cost(busiest.decode_sums(), gpu_type=self.setting.gpu_type, tp=tp))
+            except TelemetryRejected as exc:
+                if tp == self.tp or busiest.decode_k > 0:
+                    self.telemetry_rejections.append(f"step {self.step}: TP{tp} decode cost on KV tokens: {exc.reason}")
+        if fitted:
+            self.serving_params = refit_decode_costs(self.serving_params, fitted, alpha=TELEMETRY_ALPHA)
 
     def _refit_device(self) -> None:
         """Refit PEARL's device parameters from the batch's observed step times (EWMA after the first).
