@@ -83,6 +83,24 @@ def workload(**overrides: float) -> Workload:
     return reference_workload(**overrides)
 
 
+def kv_bound_workload(**overrides: float) -> Workload:
+    """A batch whose contexts outgrow a small KV pool: 512 trajectories, 20 turns of 200 appended + 300 generated."""
+    values: dict[str, float] = dict(
+        batch_size=512,
+        unfinished=512,
+        turns=20,
+        appended_tokens_per_turn=200.0,
+        generated_tokens_per_turn=300.0,
+        env_time_per_turn_s=5.0,
+        mean_context_tokens=6000.0,
+        prompt_tokens=1000.0,
+        max_context_tokens=11000.0,
+        kv_bytes_per_token=1000.0,
+    )
+    values.update(overrides)
+    return workload(**values)
+
+
 @dataclass(frozen=True)
 class Slot:
     """One worker slot to build: its zone, GPU type, current role (None: not serving) and availability."""

@@ -23,7 +23,7 @@ from pearl_sched.sim.availability import AvailabilityTrace
 from pearl_sched.sim.cluster import ObservedStepTimes, SimCluster, run_segment
 from pearl_sched.sim.experiment import costs_for, setting_for
 
-from .builders import DATA, HAND, tiny, workload
+from .builders import DATA, HAND, kv_bound_workload, tiny
 
 A_S, B_S, C_S = 0.005, 1e-5, 2e-8
 """The known linear world: 5 ms an iteration, 10 µs a running request, 20 ns a KV token attended."""
@@ -219,21 +219,6 @@ def _improved(serving: ServingParams, **device: float) -> ImprovedMakespanModel:
     return ImprovedMakespanModel(ImprovedParams(pearl=params, serving=serving))
 
 
-def _kv_bound_load() -> object:
-    return workload(
-        batch_size=512,
-        unfinished=512,
-        turns=20,
-        appended_tokens_per_turn=200.0,
-        generated_tokens_per_turn=300.0,
-        env_time_per_turn_s=5.0,
-        mean_context_tokens=6000.0,
-        prompt_tokens=1000.0,
-        max_context_tokens=11000.0,
-        kv_bytes_per_token=1000.0,
-    )
-
-
 def test_a_kv_fit_equal_to_pearls_line_predicts_as_pearls_parameters() -> None:
     """With c = 0 and PEARL's own A and b the improved predictor's decode terms are PEARL's: same predictions."""
     device = HAND.params.devices[0]
@@ -244,7 +229,7 @@ def test_a_kv_fit_equal_to_pearls_line_predicts_as_pearls_parameters() -> None:
         per_seq_s=device.decode_per_seq_s,
         per_kv_token_s=0.0,
     )
-    load = _kv_bound_load()
+    load = kv_bound_workload()
     for capacity in (
         PoolCapacity(mode=Mode.COLOCATED, colocated=6),
         PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=4),
@@ -258,7 +243,7 @@ def test_a_kv_fit_equal_to_pearls_line_predicts_as_pearls_parameters() -> None:
 def test_with_the_kv_fit_more_workers_shorten_an_iteration_that_the_collapsed_b_kept_flat() -> None:
     """PEARL's refit of a KV-bound batch: A absorbs the KV cost and b = 10⁻¹² s, so 8 and 12 workers decode an
     iteration equally fast. The KV fit (A, b, c) of the same iterations makes fewer sequences per worker cheaper."""
-    load = _kv_bound_load()
+    load = kv_bound_workload()
     collapsed = _improved(ServingParams(kv_pool_tokens=4e6), decode_iteration_s=0.012, decode_per_seq_s=1e-12)
     cost = DecodeCost(gpu_type="x", tp=2, iteration_s=A_S, per_seq_s=B_S, per_kv_token_s=C_S)
     kv_aware = _improved(ServingParams(kv_pool_tokens=4e6, decode_costs=(cost,)))

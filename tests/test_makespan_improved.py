@@ -19,7 +19,7 @@ from pearl_sched.makespan_improved import (
 )
 from pearl_sched.state import Role
 
-from .builders import HAND, workload
+from .builders import HAND, kv_bound_workload, workload
 
 IMPROVED = ImprovedMakespanModel(ImprovedParams(pearl=HAND.params))
 
@@ -181,22 +181,7 @@ def test_environment_spread_lengthens_the_batch() -> None:
 
 
 # -- SGLang's memory, prefix cache and PD transfer ------------------------------------------------------------------
-def _agentic(**overrides: float) -> object:
-    """A batch whose contexts outgrow a small KV pool: 512 trajectories, 20 turns of 200 appended + 300 generated."""
-    values = dict(
-        batch_size=512,
-        unfinished=512,
-        turns=20,
-        appended_tokens_per_turn=200.0,
-        generated_tokens_per_turn=300.0,
-        env_time_per_turn_s=5.0,
-        mean_context_tokens=6000.0,
-        prompt_tokens=1000.0,
-        max_context_tokens=11000.0,
-        kv_bytes_per_token=1000.0,
-    )
-    values.update(overrides)
-    return workload(**values)
+_agentic = kv_bound_workload  # the KV-bound batch these tests share with test_decode_refit.py
 
 
 def test_the_kv_pool_caps_how_many_decode_at_once_and_the_rest_queue() -> None:
