@@ -173,12 +173,19 @@ def short_batch_state() -> ClusterState:
     return state(slots, load=load)
 
 
+_HANDED_OUT: set[int] = set()
+"""Every port :func:`free_ports` has returned in this test process: never returned twice."""
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` TCP ports on 127.0.0.1 that were free a moment ago, below the kernel's ephemeral range.
 
     Ports the kernel hands out itself (bind to 0) come from the ephemeral range, which every outgoing connection
     of the test process (httpx, the gateway, Ray) also draws from; one could take the port between this call and
-    the server's bind. Ports drawn at random below the range cannot be taken that way.
+    the server's bind. Ports drawn at random below the range cannot be taken that way. A port already returned
+    by an earlier call is never returned again: a fixture that asks twice (slots, then the gateway's ports) gets
+    distinct ports even before any server has bound its own (a CI run once gave an overlap slot a port that a
+    dedicated slot's server then held).
     """
     low = _ephemeral_low()
     first = max(1024, low - 12_000)
@@ -191,11 +198,13 @@ def free_ports(n: int) -> list[int]:
         except OSError:
             s.close()
             continue
-        if all(s.getsockname()[1] != c.getsockname()[1] for c in chosen):
+        port = s.getsockname()[1]
+        if port not in _HANDED_OUT and all(port != c.getsockname()[1] for c in chosen):
             chosen.append(s)
         else:
             s.close()
     ports = [s.getsockname()[1] for s in chosen]
+    _HANDED_OUT.update(ports)
     for s in chosen:
         s.close()
     return ports
