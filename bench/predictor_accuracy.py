@@ -24,7 +24,8 @@ predictor as plan() runs it (t_p per token whatever the context). With ``--prefi
 cost fitted with a per-batch intercept, t₀ + α·n (with ``two-term`` t₀ + α·n + β·n·(c + n/2);
 ``PrefillSteps.fit_with_intercept``;
 ``ServingParams.prefill_batch_cost``), t₀ once per prefill batch the model expects. With ``--shared-prompts on``
-a GRPO group's members share their first prompt in the cache (``ServingParams.shared_prompt_hits``). The fits are
+(the default, as the predictor) a GRPO group's members share their first prompt in the cache
+(``ServingParams.shared_prompt_hits``); ``off`` is the predictor before it. The fits are
 printed either way. Per (scenario, GPUs)::
 
     prefill_cost scenario=<s> gpus=<g> t_p_us=<x> alpha_us=<x> beta_ps=<x> step_t0_ms=<x> step_alpha_us=<x>
@@ -34,6 +35,7 @@ Lines, per configuration and per (scenario, GPUs)::
 
     predict scenario=<s> gpus=<g> config=<2P6D> sim_s=<x> pearl_s=<x> improved_s=<x> ... sim_hit=<x> improved_hit=<x>
     predict_mape scenario=<s> gpus=<g> model=<name> mape_pct=<x> best_pick_gap_pct=<y> n=<configs>
+    predict_mape_mode scenario=<s> gpus=<g> model=<name> mode=<colocated|disaggregated> mape_pct=<x> n=<configs>
 
 ``best_pick_gap_pct``: how much slower (simulated) the configuration the predictor ranks first is than the fastest.
 ``sim_hit`` / ``improved_hit``: the prefill side's cached share of prompt tokens, simulated and as ``improved``
@@ -252,6 +254,14 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 f" best_pick_gap_pct={100 * (pick - best) / best:.1f} n={len(configs)}",
                 flush=True,
             )
+            for mode in Mode:
+                chosen = [i for i, c in enumerate(configs) if c.mode is mode]
+                mode_error = mape([predictions[model][i] for i in chosen], [truth[i] for i in chosen])
+                print(
+                    f"predict_mape_mode scenario={name} gpus={gpus} model={model} mode={mode.value}"
+                    f" mape_pct={mode_error:.1f} n={len(chosen)}",
+                    flush=True,
+                )
     return errors
 
 
@@ -368,7 +378,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="one-term")
     parser.add_argument("--prefill-batch-cost", choices=("on", "off"), default="off")
-    parser.add_argument("--shared-prompts", choices=("on", "off"), default="off")
+    parser.add_argument("--shared-prompts", choices=("on", "off"), default="on")
     args = parser.parse_args()
     global TWO_TERM
     TWO_TERM = args.prefill_cost == "two-term"

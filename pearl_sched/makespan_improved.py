@@ -45,7 +45,14 @@ terms:
   the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
   n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
   prefix, a miss's recompute from scratch, a retraction's re-prefill, the first prompt) at its own context; without
-  a fit, t_p per token.
+  a fit, t_p per token;
+- **group-shared prompts** (``ServingParams.group_size`` G > 1; ``shared_prompt_hits=False`` switches it off): a
+  GRPO group's members share their first prompt P₀, one radix node LRU evicts last, so a turn that misses its own
+  prefix still finds g = router_g·retention_g·P₀ of it, and the first-turn burst prefills a group's prompt once per
+  worker its members land on;
+- **a prefill batch's fixed cost** (opt-in, ``ServingParams.prefill_batch_cost``): t₀ + α·n (+ β·n·(c + n/2)) fitted
+  with an intercept from the prefill batches (``prefill_step_cost``), t₀ charged per prefill batch a turn takes —
+  (1 − e^(−λT))/(λT) for turns arriving at λ within a scheduling round T, at least its chunks.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
@@ -283,11 +290,11 @@ class ServingParams(Frozen):
         "verl's rollout.n); 1: none share",
     )
     shared_prompt_hits: bool = Field(
-        default=False,
-        exclude_if=lambda v: not v,
-        description="Opt-in: a turn whose own prefix missed still finds its group's first prompt cached, and the "
-        "first-turn burst prefills a group's prompt once per worker it lands on (docs/makespan.md, 'Group-shared "
-        "prompts'); False: every trajectory's prompt is its own",
+        default=True,
+        exclude_if=lambda v: v,
+        description="With groups (group_size > 1) a turn whose own prefix missed still finds its group's first prompt "
+        "cached, and the first-turn burst prefills a group's prompt once per worker it lands on (docs/makespan.md, "
+        "'Group-shared prompts'); False: every trajectory's prompt is its own, as before",
     )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
@@ -675,7 +682,7 @@ class ImprovedMakespanModel:
         every member's own tail, so it becomes an evictable leaf only once every member's tail on that worker is
         gone, and each member's turn refreshes it: it is the last of a group's tokens LRU evicts. It stays while
         the worker's free pool holds its groups' prompts (the share that fits, as :meth:`_retention`), on the
-        worker the turn lands on (:meth:`_group_router`). 0 unless opted in (``shared_prompt_hits``).
+        worker the turn lands on (:meth:`_group_router`). 0 without groups or with ``shared_prompt_hits`` off.
         """
         if not self._sharing():
             return 0.0
@@ -861,7 +868,8 @@ class ImprovedMakespanModel:
         later = max(turns - workload.batch_size, 0.0) / turns if turns > 0 else 0.0  # share of turns after the first
         weight = workload.turns / PHASES * later
         cached = weight * sum(
-            ph.trajectories * (h * self._held(workload, mode, ph.context) + (1 - h) * st.group_hit_tokens)
+            h * ph.trajectories * self._held(workload, mode, ph.context)
+            + (1 - h) * ph.trajectories * st.group_hit_tokens
             for h, ph, st in zip(hits, phases, states, strict=True)
         )
         first = workload.batch_size * workload.prompt_tokens
@@ -892,13 +900,17 @@ class ImprovedMakespanModel:
                 states = self._states(workload, ran, corrected=False)
                 structural, prompts = self._hit_tokens(workload, ran, [st.prefill_hit for st in states], states)
                 shared, _ = self._hit_tokens(workload, ran, [0.0] * PHASES, states)
-                measured = max(0.0, observed.cache_hit_rate * prompts - shared)
-                if structural - shared > STRUCTURAL_HIT_FLOOR * prompts:
-                    result = (measured / (structural - shared), 0.0)
+                all_cached, _ = self._hit_tokens(workload, ran, [1.0] * PHASES, states)
+                if shared > 0:  # the group's share is no prefix hit: the ratio of what remains
+                    measured = max(0.0, observed.cache_hit_rate * prompts - shared)
+                    own, room = (structural - shared) / prompts, all_cached - shared
+                    gamma = measured / (structural - shared) if own > STRUCTURAL_HIT_FLOOR else 1.0
+                    floor = min(1.0, measured / room) if room > 0 else 0.0
                 else:
-                    all_cached, _ = self._hit_tokens(workload, ran, [1.0] * PHASES, states)
-                    room = all_cached - shared
-                    result = (1.0, min(1.0, measured / room) if room > 0 else 0.0)
+                    own, rate = structural / prompts, observed.cache_hit_rate
+                    gamma = rate / own if own > STRUCTURAL_HIT_FLOOR else 1.0
+                    floor = min(1.0, rate / (all_cached / prompts)) if all_cached > 0 else 0.0
+                result = (gamma, 0.0) if own > STRUCTURAL_HIT_FLOOR else (1.0, floor)
             self._corrections[key] = result
         return self._corrections[key]
 

@@ -13,6 +13,7 @@ from pearl_sched.makespan_improved import (
     PEARL_LIMIT,
     ImprovedMakespanModel,
     ImprovedParams,
+    ModeObservation,
     Phase,
     PrefillCost,
     ServingParams,
@@ -42,7 +43,7 @@ def test_a_group_shares_its_first_prompt_by_hand() -> None:
     capacity = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
     phase = Phase(context=1000.0, trajectories=64.0)  # every trajectory live: a group's 16 members
     on = _model(_shared(kv_limited=False, router="least_load"))
-    off = _model(ServingParams(kv_limited=False, router="least_load", group_size=16))
+    off = _model(ServingParams(kv_limited=False, router="least_load", group_size=16, shared_prompt_hits=False))
     group = (1 - 0.75**16) * 400.0  # the prompt is on each worker a member landed on
     flow = on._flow(load, capacity, 8.0, phase)
     assert flow.hit == pytest.approx(0.25) == off._flow(load, capacity, 8.0, phase).hit
@@ -92,16 +93,20 @@ def test_a_pd_turn_that_misses_its_prompt_still_hits_its_groups() -> None:
     assert on.predict(load, capacity).total_s < off.predict(load, capacity).total_s
 
 
-def test_without_the_opt_in_a_group_size_changes_nothing() -> None:
+def test_switched_off_or_without_groups_nothing_changes() -> None:
+    """``shared_prompt_hits=False`` is the model before it, whatever the group size; so is the default without a
+    group size (one trajectory per prompt), to the last bit."""
     load = kv_bound_workload()
     for capacity in (
         PoolCapacity(mode=Mode.COLOCATED, colocated=4),
         PoolCapacity(mode=Mode.DISAGGREGATED, prefill=1, decode=3),
     ):
-        plain = _model(ServingParams(kv_pool_tokens=800_000.0))
-        grouped = _model(ServingParams(kv_pool_tokens=800_000.0, group_size=16))
-        assert grouped.predict(load, capacity) == plain.predict(load, capacity)
-        assert grouped.terms(load) == plain.terms(load)
+        plain = _model(ServingParams(kv_pool_tokens=800_000.0, shared_prompt_hits=False))
+        grouped = _model(ServingParams(kv_pool_tokens=800_000.0, group_size=16, shared_prompt_hits=False))
+        default = _model(ServingParams(kv_pool_tokens=800_000.0))
+        assert grouped.predict(load, capacity) == plain.predict(load, capacity) == default.predict(load, capacity)
+        assert grouped.terms(load) == plain.terms(load) == default.terms(load)
+        assert plain.token_hit_rate(load, capacity) == default.token_hit_rate(load, capacity)
     assert ServingParams(group_size=1).model_dump() == ServingParams().model_dump()  # the plan digest is unchanged
 
 
@@ -242,3 +247,21 @@ def test_the_burst_pays_t0_per_full_chunk() -> None:
     model = _model(ServingParams(prefill_step_cost=step, prefill_batch_cost=True, chunked_prefill_tokens=4096.0))
     load = workload(batch_size=64, unfinished=64, prompt_tokens=1000.0)
     assert model._burst_s(load, 2.0) == pytest.approx(64 * 1000 * 10e-6 + T0 * 64_000 / 4096)
+
+
+def test_a_measured_hit_rate_corrects_only_the_own_prefix_hit() -> None:
+    """Least-load, unlimited memory (h = 1/N, g fixed): the measured rate at 4 workers, between the group's share
+    and the structural rate, is reproduced there, and γ carries over to 8 workers as h = γ/8."""
+    load = workload(batch_size=64, unfinished=64, turns=4, appended_tokens_per_turn=100.0, prompt_tokens=400.0)
+    four = PoolCapacity(mode=Mode.COLOCATED, colocated=4)
+    structural = _model(_shared(kv_limited=False, router="least_load"))
+    states = structural._states(load, four, corrected=False)
+    own, prompts = structural._hit_tokens(load, four, [st.prefill_hit for st in states], states)
+    shared, _ = structural._hit_tokens(load, four, [0.0] * len(states), states)
+    measured = (own + shared) / 2 / prompts  # half-way between the group's share and the structural rate
+    observation = ModeObservation(colocated_workers=4.0, cache_hit_rate=measured)
+    corrected = _model(_shared(kv_limited=False, router="least_load", colocated=observation))
+    assert corrected.token_hit_rate(load, four) == pytest.approx(measured, rel=1e-9)
+    gamma = (measured * prompts - shared) / (own - shared)
+    eight = PoolCapacity(mode=Mode.COLOCATED, colocated=8)
+    assert corrected.cycle(load, eight).prefill_hit == pytest.approx(gamma / 8, rel=1e-9)
