@@ -11,7 +11,8 @@ Datasets:
   requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
-  back (:func:`parallelism`).
+  back (:func:`parallelism`). Rows whose deployment SGLang's defaults cannot start run with the launch flags its
+  public script set on the rows' date (:data:`RECORDED_LAUNCHES`, :func:`recorded_launch`).
 * the same datasets with ``mode=disagg``: the file's disaggregated SGLang rows whose deployment is recorded (worker
   counts and each role's parallelism, in the row or in its twin: :func:`deployment_twins`), replayed through
   :func:`pearl_sched.sim.replay.replay_disagg_closed_loop` (:func:`disagg_rows`); ``mode=agg+disagg`` lines give
