@@ -337,5 +337,70 @@ def test_the_issues_kv_bound_example_runs_on_sglangs_pool_and_not_on_aiconfigura
 def test_a_row_sglang_could_not_start_keeps_one_clear_reason() -> None:
     # DeepSeek-R1 FP8 on 4 x B200: the weights exceed SGLang's default fraction (InferenceX's dsr1_fp8_b200.sh runs
     # TP 4 with --mem-fraction-static 0.95, which the row does not record)
-    reason = validate._engine(_agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block"), {})
-    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
+    row = _agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block")  # no image / date: no record
+    assert validate.recorded_launch(row, "agg", validate.parallelism(row)[:4]) is None
+    reason = validate._engine(row, {})
+    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 157.5 GiB per GPU > 154.1 GiB"
+
+
+def _silicon_row(row_id: str) -> dict[str, str]:
+    (row,) = [r for r in validate.sglang_silicon_rows() if r["id"] == row_id]
+    return row
+
+
+def test_a_row_whose_launch_script_is_recorded_replays_with_its_flags() -> None:
+    # DeepSeek-R1 FP8, TP 4 on B200, measured 2026-03-25 on lmsysorg/sglang:v0.5.9-cu130: InferenceX's
+    # dsr1_fp8_b200.sh at that date runs TP 4 with --mem-fraction-static 0.95, --kv-cache-dtype fp8_e4m3,
+    # --max-running-requests 32, --cuda-graph-max-bs 32, --chunked-prefill-size / --max-prefill-tokens 8192
+    dump = _silicon_row("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271")
+    export = _silicon_row("2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c32_tp4_0_ep1_0_286")
+    layout = validate.parallelism(dump)[:4]
+    launch = validate.recorded_launch(dump, "agg", layout)
+    assert launch is not None and launch is validate.recorded_launch(export, "agg", layout)  # no dump twin needed
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests) == (0.95, "fp8", 32)
+    assert "dsr1_fp8_b200.sh" in launch.script
+    engine = validate._engine(dump, {}, launch=launch)
+    assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
+    per_token = engine.memory_breakdown().kv_bytes_per_token
+    assert per_token == (512 + 64) * 61  # FP8 MLA latent + rope key
+    expected = (engine.gpu_memory_bytes() * 0.95 - engine.sglang_weights_bytes()) // per_token
+    assert validate.POOLS[id(engine)] == expected > 400_000
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (expected, 32)
+    # the same row at SGLang's defaults is the refusal SGLang itself would give
+    assert isinstance(validate._engine(dump, {}), str)
+    # another date, another script version: no record
+    other = {**dump, "silicon_data_source": dump["silicon_data_source"].replace("2026-03-25", "2026-03-28")}
+    assert validate.recorded_launch(other, "agg", layout) is None
+    # aiconfigurator-core's pool source reproduces the previous rounds: no recorded flags there
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recorded_launch(dump, "agg", layout) is None
+    finally:
+        validate.set_pool_source("sglang")
+
+
+def test_disaggregated_rows_run_with_their_recipes_flags_and_the_layout_their_script_launched() -> None:
+    # config 227 (GB200, SGLang 0.5.5.post2, 2025-12-21): the rows record attention-DP 4 / MoE TP 4, the pinned
+    # dynamo script launches --tensor-parallel-size 4 without --enable-dp-attention; config 502 (2026-02-09): TP 4
+    # as recorded. Both at --mem-fraction-static 0.95 with FP8 KV; the prefill engines at --max-total-tokens 8192
+    rows = [r for r in validate.sglang_silicon_rows() if r["id"].endswith(("_c16_cfg227", "_c4_cfg502"))]
+    assert len(rows) == 2
+    disagg, skipped = validate.disagg_rows(rows, {})
+    assert not skipped and len(disagg) == 2
+    for item in disagg:
+        assert item.roles is not None
+        prefill, decode = item.roles
+        for role in (prefill, decode):
+            assert isinstance(role.steps, AicStepTimes)
+            assert (role.steps.tp, role.steps.attention_dp, role.steps.kvcache_quant_mode) == (4, 1, "fp8")
+            assert role.chunked_prefill_size == 8192 and role.cuda_graph_bs[-1] == 128
+        assert prefill.pool_tokens == 8192  # --max-total-tokens
+        steps = decode.steps
+        assert isinstance(steps, AicStepTimes)
+        per_token = steps.memory_breakdown().kv_bytes_per_token
+        expected = (steps.gpu_memory_bytes() * 0.95 - steps.sglang_weights_bytes()) // per_token
+        assert decode.pool_tokens == expected
+        assert decode.workers == (4 if "cfg227" in item.row.row_id else 1)
+    notes = validate.launch_note_lines([], disagg)
+    assert len(notes) == 2 and all("launch_flags=recorded" in n and "rows=1" in n for n in notes)
+    assert any("layout tp4 attention_dp1" in n and "1k1k-low-latency.sh" in n for n in notes)
