@@ -133,7 +133,8 @@ class LaunchFlags:
     """``--mem-fraction-static``: the KV pool is SGLang's derivation at this fraction, not the default."""
     kv_cache_dtype: str
     """``--kv-cache-dtype`` as aiconfigurator names it (``fp8_e4m3`` → ``fp8``): the pool's bytes per token and
-    the attention's KV data."""
+    the attention's KV data; a script that sets none runs SGLang's ``auto`` (:data:`SGLANG_KV_DTYPE` for these
+    checkpoints)."""
     chunked_prefill_size: int
     """``--chunked-prefill-size``."""
     max_prefill_tokens: int | None = None
@@ -148,6 +149,8 @@ class LaunchFlags:
     layout: tuple[int, int, int | None, int | None] | None = None
     """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
     (None: as the row records)."""
+    isl_osl: tuple[int, int] | None = None
+    """The (ISL, OSL) the script's branch with these flags runs (None: every sequence length the script runs)."""
 
 
 _DSR1_FP8_B200_SH = (
@@ -164,40 +167,117 @@ _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY = (
     " b7107d008 (2025-12-17), the commit InferenceX's dsr1_fp8_gb200_dynamo-sglang_slurm.sh pinned on 2025-12-21"
     " (SCRIPT_MODE=1k1k-low-latency)"
 )
+_DSR1_FP8_B200_SH_TP8 = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh (TP=8 branch) at 12ba0ae07, 2026-03-25: the"
+    " commit that moved dsr1-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows' image and measurement time"
+)
+_DSR1_FP8_H200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_h200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp8-h200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
+_DSR1_FP4_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp4-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
 _TP4 = (4, 1, 4, 1)
+_TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
-RECORDED_LAUNCHES: dict[tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], LaunchFlags]] = {
-    # dsr1-fp8-b200-sglang, TP 4, 8,192 / 1,024, C 4-32: MEM_FRAC_STATIC=0.95, --kv-cache-dtype fp8_e4m3,
-    # MAX_RUNNING_REQUESTS=32, CUDA_GRAPH_MAX_BATCH_SIZE=32, CHUNKED_PREFILL_SIZE=8192, MAX_PREFILL_TOKENS=8192.
+_dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence length
+    _DSR1_FP4_B200_SH,
+    mem_fraction_static=0.85,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+    max_running_requests=256,
+    cuda_graph_max_bs=256,
+)
+RECORDED_LAUNCHES: dict[
+    tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
+] = {
+    # dsr1-fp8-b200-sglang (InferenceX .github/configs/nvidia-master.yaml at 12ba0ae07: TP 8 / EP 1 at 1k/1k, 1k/8k
+    # C 4-64 and 8k/1k C 4; TP 4 / EP 1 at 8k/1k C 4-32). TP 8: MAX_RUNNING_REQUESTS=128,
+    # CUDA_GRAPH_MAX_BATCH_SIZE=128, MEM_FRAC_STATIC=0.82, CHUNKED_PREFILL_SIZE=MAX_PREFILL_TOKENS=32768. TP 4 (the
+    # script exits for any other ISL / OSL): 32, 32, 0.95, 8192 / 8192. Both --kv-cache-dtype fp8_e4m3.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
-        ("agg", _TP4): LaunchFlags(
-            _DSR1_FP8_B200_SH,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_prefill_tokens=8192,
-            max_running_requests=32,
-            cuda_graph_max_bs=32,
-        )
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                isl_osl=(8192, 1024),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH_TP8,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
+        ),
+    },
+    # dsr1-fp8-h200-sglang (TP 8, no EP, C 4-64 at each length): --mem-fraction-static 0.82, --chunked-prefill-size /
+    # --max-prefill-tokens 32768, no --kv-cache-dtype (SGLang's auto: bf16); --max-running-requests and
+    # --cuda-graph-max-bs 512 at 1k/1k, 256 otherwise.
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=512,
+                cuda_graph_max_bs=512,
+                isl_osl=(1024, 1024),
+            ),
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=256,
+                cuda_graph_max_bs=256,
+            ),
+        ),
+    },
+    # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
+    # fp8_e4m3, --chunked-prefill-size 16384, --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", (4, 1, 1, 4)): (_dsr1_fp4_b200,),
+        ("agg", (8, 1, 1, 8)): (_dsr1_fp4_b200,),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
-        ("prefill", _TP4): LaunchFlags(
-            _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            max_total_tokens=8192,
+        ("prefill", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+            ),
         ),
-        ("decode", _TP4): LaunchFlags(
-            _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=128,
-            cuda_graph_max_bs=128,
+        ("decode", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
         ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Bottom of curve": 1 prefill worker, 4 decode workers, one GB200 node (4 GPUs)
@@ -206,34 +286,38 @@ RECORDED_LAUNCHES: dict[tuple[str, ...], dict[tuple[str, tuple[int, int, int | N
     # from the InferenceX config's tp / ep / dp-attn fields, which its own comment says "do nothing because they are
     # hardcoded in" this script; the replay runs the layout the script launched.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
-        ("prefill", _ATTENTION_DP4): LaunchFlags(
-            _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            max_total_tokens=8192,
-            layout=_TP4,
+        ("prefill", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+                layout=_TP4,
+            ),
         ),
-        ("decode", _ATTENTION_DP4): LaunchFlags(
-            _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            layout=_TP4,
+        ("decode", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                layout=_TP4,
+            ),
         ),
     },
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
 (:func:`launch_key`: architecture, GPU, precision, mode, container image, measurement date) and then by role and
-layout (TP, attention-DP, MoE TP, EP); docs/validation.md, "Rows replayed with their recorded launch flags". Each
-record is the script as it stood on the rows' measurement date (InferenceMAX database configs 271, 502 and 227);
-a row without one keeps SGLang's defaults. Kept for the deployments SGLang's defaults cannot run (their weights
-exceed the default budget). Applied on SGLang's pool only (``--pool-source aiconfigurator`` reproduces the previous
-rounds)."""
+layout (TP, attention-DP, MoE TP, EP), the first whose :attr:`LaunchFlags.isl_osl` takes the row's lengths;
+docs/validation.md, "Rows replayed with their recorded launch flags". Each record is the script as it stood on the
+rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
+defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
+pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
 LAUNCHES: dict[int, LaunchFlags] = {}
 """The recorded launch flags of each engine built here with them (by ``id(engine)``)."""
 
@@ -260,12 +344,17 @@ def recorded_launch(
     """The launch flags ``role`` (``agg``, ``prefill`` or ``decode``) at ``layout`` of the row's deployment ran with.
 
     :data:`RECORDED_LAUNCHES` by :func:`launch_key` (for a disaggregated row, the row that records its deployment:
-    itself or its twin). None on aiconfigurator-core's pool source and for every deployment without a record.
+    itself or its twin) and the row's ISL / OSL. None on aiconfigurator-core's pool source and for every deployment
+    without a record.
     """
     key = launch_key(row)
     if POOL_SOURCE != "sglang" or key is None:
         return None
-    return RECORDED_LAUNCHES.get(key, {}).get((role, layout))
+    lengths = (int(row["isl"]), int(row["osl"]))
+    for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
+        if launch.isl_osl is None or launch.isl_osl == lengths:
+            return launch
+    return None
 
 
 @dataclass(frozen=True)
