@@ -53,7 +53,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,16 @@ _DSR1_FP4_B200_SH = (
     " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp4-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
     " image and measurement time"
 )
+_DSR1_FP8_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b300.sh (TP={} branch) at 5b302f147, 2026-04-17: the"
+    " commit that added dsr1-fp8-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
+_DSR1_FP4_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b300.sh at 9ebeafb4e, 2026-04-17: the commit that"
+    " added dsr1-fp4-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
 _TP4 = (4, 1, 4, 1)
 _TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
@@ -255,6 +265,36 @@ RECORDED_LAUNCHES: dict[
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
         ("agg", (4, 1, 1, 4)): (_dsr1_fp4_b200,),
         ("agg", (8, 1, 1, 8)): (_dsr1_fp4_b200,),
+    },
+    # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
+    # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(4),
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                isl_osl=(8192, 1024),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(8),
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
+        ),
+    },
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", layout): (replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH),) for layout in ((4, 1, 1, 4), (8, 1, 1, 8))
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {

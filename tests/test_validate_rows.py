@@ -482,3 +482,32 @@ def test_the_fp4_rows_of_the_same_commit_replay_with_their_script_at_the_layout_
     (row,) = _rows_where("b200_sxm", "fp4", (4, 1, 1, 4))[:1]
     later = {**row, "silicon_data_source": row["silicon_data_source"].replace("v0.5.9-cu130", "v0.5.10-cu130")}
     assert validate.recorded_launch(later, "agg", (4, 1, 1, 4)) is None
+
+
+def test_the_b300_deepseek_rows_replay_with_the_scripts_added_with_their_configs() -> None:
+    # InferenceX 5b302f147 / 9ebeafb4e (2026-04-17) added dsr1-fp8-b300-sglang / dsr1-fp4-b300-sglang on
+    # lmsysorg/sglang:v0.5.10.post1-cu130 with their scripts: the B200 scripts' flags (TP 8: 0.82, 128, 32,768;
+    # TP 4 at 8k/1k only: 0.95, 32, 8,192; FP4: 0.85, 256, 16,384; FP8 KV everywhere)
+    rows = [
+        r
+        for r in validate.sglang_silicon_rows()
+        if r["system"] == "b300_sxm" and r["model_path"].startswith("deepseek-ai/") and r["mode"] == "agg"
+    ]
+    seen = {}
+    for r in rows:
+        layout = validate.parallelism(r)[:4]
+        launch = validate.recorded_launch(r, "agg", layout)
+        assert launch is not None and launch.kv_cache_dtype == "fp8"
+        seen[r["precision"], layout] = (
+            launch.mem_fraction_static,
+            launch.max_running_requests,
+            launch.chunked_prefill_size,
+        )
+        assert ("dsr1_fp8_b300.sh" if r["precision"] == "fp8" else "dsr1_fp4_b300.sh") in launch.script
+    assert seen == {
+        ("fp8", (8, 1, 8, 1)): (0.82, 128, 32768),
+        ("fp8", (4, 1, 4, 1)): (0.95, 32, 8192),
+        ("fp4", (4, 1, 1, 4)): (0.85, 256, 16384),
+        ("fp4", (8, 1, 1, 8)): (0.85, 256, 16384),
+    }
+    assert len(rows) == 31
