@@ -191,6 +191,11 @@ _DSR1_FP4_B300_SH = (
     " added dsr1-fp4-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
     " 2026-05-12), the rows' image and measurement date"
 )
+_DSR1_FP8_B200_V056 = (
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200_docker.sh and dsr1_fp8_b200_slurm.sh (the same launch line)"
+    " at d27433dff, 2025-12-31 15:17:57 UTC: the commit that moved dsr1-fp8-b200-sglang to"
+    " lmsysorg/sglang:v0.5.6-cu129-amd64, the row's image; the row is measured 3 s later"
+)
 _TP4 = (4, 1, 4, 1)
 _TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
@@ -225,6 +230,20 @@ RECORDED_LAUNCHES: dict[
         ("agg", _TP8): (
             LaunchFlags(
                 _DSR1_FP8_B200_SH_TP8,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
+        ),
+    },
+    # dsr1-fp8-b200-sglang at d27433dff (TP 8 / EP 1, C 4-64 at each length): one launch line, the later TP 8 branch
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.6-cu129-amd64", "2025-12-31"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_V056,
                 mem_fraction_static=0.82,
                 kv_cache_dtype="fp8",
                 chunked_prefill_size=32768,

@@ -431,6 +431,13 @@ def test_the_tp8_rows_of_the_same_commit_replay_with_the_scripts_tp8_branch() ->
     flags = (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests, launch.cuda_graph_max_bs)
     assert flags == (0.82, "fp8", 128, 128)
     assert (launch.chunked_prefill_size, launch.max_prefill_tokens, launch.layout) == (32768, 32768, None)
+    # the one row measured on v0.5.6 (2025-12-31, 3 s after d27433dff set that image): the same launch line then
+    (early,) = [r for r in validate.sglang_silicon_rows() if "measured=2025-12-31" in r["silicon_data_source"]]
+    before = validate.recorded_launch(early, "agg", (8, 1, 8, 1))
+    assert before is not None and "d27433dff" in before.script and before is not launch
+    assert {k: v for k, v in vars(before).items() if k != "script"} == {
+        k: v for k, v in vars(launch).items() if k != "script"
+    }
     (row,) = [r for r in rows if r["id"] == "dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg87"]
     engine = validate._engine(row, {}, launch=launch)
     assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
