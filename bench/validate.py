@@ -149,8 +149,10 @@ class LaunchFlags:
     layout: tuple[int, int, int | None, int | None] | None = None
     """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
     (None: as the row records)."""
-    isl_osl: tuple[int, int] | None = None
-    """The (ISL, OSL) the script's branch with these flags runs (None: every sequence length the script runs)."""
+    search_space: tuple[tuple[int, int, int, int], ...] | None = None
+    """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
+    (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
+    row of the deployment)."""
 
 
 _DSR1_FP8_B200_SH = (
@@ -199,6 +201,8 @@ _DSR1_FP8_B200_V056 = (
 _TP4 = (4, 1, 4, 1)
 _TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
+_K1, _K8 = 1024, 8192
+_C4_64 = ((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 64))
 _dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence length
     _DSR1_FP4_B200_SH,
     mem_fraction_static=0.85,
@@ -213,7 +217,11 @@ RECORDED_LAUNCHES: dict[
     # dsr1-fp8-b200-sglang (InferenceX .github/configs/nvidia-master.yaml at 12ba0ae07: TP 8 / EP 1 at 1k/1k, 1k/8k
     # C 4-64 and 8k/1k C 4; TP 4 / EP 1 at 8k/1k C 4-32). TP 8: MAX_RUNNING_REQUESTS=128,
     # CUDA_GRAPH_MAX_BATCH_SIZE=128, MEM_FRAC_STATIC=0.82, CHUNKED_PREFILL_SIZE=MAX_PREFILL_TOKENS=32768. TP 4 (the
-    # script exits for any other ISL / OSL): 32, 32, 0.95, 8192 / 8192. Both --kv-cache-dtype fp8_e4m3.
+    # script exits for any other ISL / OSL): 32, 32, 0.95, 8192 / 8192. Both --kv-cache-dtype fp8_e4m3. The dated
+    # exports also hold TP 8 rows outside that search space (C 128-512 at each length, C 8-64 at 8k/1k) which no
+    # config at that commit launched and which contradict its cap (1k/1k C 256: TTFT 2.1 s, TPOT rising from 28.7 ms
+    # at C 128 to 42.5 ms; 128 running requests would queue every other request for a whole ~40 s generation): no
+    # record for them.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
         ("agg", _TP4): (
             LaunchFlags(
@@ -224,7 +232,7 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=8192,
                 max_running_requests=32,
                 cuda_graph_max_bs=32,
-                isl_osl=(8192, 1024),
+                search_space=((_K8, _K1, 4, 32),),
             ),
         ),
         ("agg", _TP8): (
@@ -236,6 +244,7 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=32768,
                 max_running_requests=128,
                 cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 4)),
             ),
         ),
     },
@@ -250,6 +259,7 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=32768,
                 max_running_requests=128,
                 cuda_graph_max_bs=128,
+                search_space=_C4_64,
             ),
         ),
     },
@@ -266,7 +276,7 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=32768,
                 max_running_requests=512,
                 cuda_graph_max_bs=512,
-                isl_osl=(1024, 1024),
+                search_space=_C4_64[:1],
             ),
             LaunchFlags(
                 _DSR1_FP8_H200_SH,
@@ -276,14 +286,19 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=32768,
                 max_running_requests=256,
                 cuda_graph_max_bs=256,
+                search_space=_C4_64[1:],
             ),
         ),
     },
     # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
     # fp8_e4m3, --chunked-prefill-size 16384, --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
-        ("agg", (4, 1, 1, 4)): (_dsr1_fp4_b200,),
-        ("agg", (8, 1, 1, 8)): (_dsr1_fp4_b200,),
+        ("agg", (4, 1, 1, 4)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128))),
+        ),
+        ("agg", (8, 1, 1, 8)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16))),
+        ),
     },
     # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
     # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
@@ -297,7 +312,7 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=8192,
                 max_running_requests=32,
                 cuda_graph_max_bs=32,
-                isl_osl=(8192, 1024),
+                search_space=((_K8, _K1, 4, 32),),
             ),
         ),
         ("agg", _TP8): (
@@ -309,11 +324,15 @@ RECORDED_LAUNCHES: dict[
                 max_prefill_tokens=32768,
                 max_running_requests=128,
                 cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K8, _K1, 4, 4)),
             ),
         ),
     },
     ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
-        ("agg", layout): (replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH),) for layout in ((4, 1, 1, 4), (8, 1, 1, 8))
+        ("agg", layout): (
+            replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH, search_space=((_K1, _K1, 4, 128), (_K8, _K1, 4, last))),
+        )
+        for layout, last in (((4, 1, 1, 4), 128), ((8, 1, 1, 8), 16))
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
@@ -372,7 +391,7 @@ RECORDED_LAUNCHES: dict[
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
 (:func:`launch_key`: architecture, GPU, precision, mode, container image, measurement date) and then by role and
-layout (TP, attention-DP, MoE TP, EP), the first whose :attr:`LaunchFlags.isl_osl` takes the row's lengths;
+layout (TP, attention-DP, MoE TP, EP), the first whose :attr:`LaunchFlags.search_space` holds the row;
 docs/validation.md, "Rows replayed with their recorded launch flags". Each record is the script as it stood on the
 rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
@@ -403,15 +422,17 @@ def recorded_launch(
     """The launch flags ``role`` (``agg``, ``prefill`` or ``decode``) at ``layout`` of the row's deployment ran with.
 
     :data:`RECORDED_LAUNCHES` by :func:`launch_key` (for a disaggregated row, the row that records its deployment:
-    itself or its twin) and the row's ISL / OSL. None on aiconfigurator-core's pool source and for every deployment
+    itself or its twin) and the row's ISL / OSL / C. None on aiconfigurator-core's pool source and for every deployment
     without a record.
     """
     key = launch_key(row)
     if POOL_SOURCE != "sglang" or key is None:
         return None
-    lengths = (int(row["isl"]), int(row["osl"]))
     for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
-        if launch.isl_osl is None or launch.isl_osl == lengths:
+        if launch.search_space is None:
+            return launch
+        isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
+        if any((isl, osl) == (i, o) and lo <= conc <= hi for i, o, lo, hi in launch.search_space):
             return launch
     return None
 
