@@ -53,7 +53,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,8 @@ class LaunchFlags:
     """``--mem-fraction-static``: the KV pool is SGLang's derivation at this fraction, not the default."""
     kv_cache_dtype: str
     """``--kv-cache-dtype`` as aiconfigurator names it (``fp8_e4m3`` → ``fp8``): the pool's bytes per token and
-    the attention's KV data."""
+    the attention's KV data; a script that sets none runs SGLang's ``auto`` (:data:`SGLANG_KV_DTYPE` for these
+    checkpoints)."""
     chunked_prefill_size: int
     """``--chunked-prefill-size``."""
     max_prefill_tokens: int | None = None
@@ -148,6 +149,10 @@ class LaunchFlags:
     layout: tuple[int, int, int | None, int | None] | None = None
     """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
     (None: as the row records)."""
+    search_space: tuple[tuple[int, int, int, int], ...] | None = None
+    """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
+    (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
+    row of the deployment)."""
 
 
 _DSR1_FP8_B200_SH = (
@@ -164,40 +169,193 @@ _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY = (
     " b7107d008 (2025-12-17), the commit InferenceX's dsr1_fp8_gb200_dynamo-sglang_slurm.sh pinned on 2025-12-21"
     " (SCRIPT_MODE=1k1k-low-latency)"
 )
+_DSR1_FP8_B200_SH_TP8 = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh (TP=8 branch) at 12ba0ae07, 2026-03-25: the"
+    " commit that moved dsr1-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows' image and measurement time"
+)
+_DSR1_FP8_H200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_h200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp8-h200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
+_DSR1_FP4_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp4-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
+_DSR1_FP8_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b300.sh (TP={} branch) at 5b302f147, 2026-04-17: the"
+    " commit that added dsr1-fp8-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
+_DSR1_FP4_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b300.sh at 9ebeafb4e, 2026-04-17: the commit that"
+    " added dsr1-fp4-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
+_DSR1_FP8_B200_V056 = (
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200_docker.sh and dsr1_fp8_b200_slurm.sh (the same launch line)"
+    " at d27433dff, 2025-12-31 15:17:57 UTC: the commit that moved dsr1-fp8-b200-sglang to"
+    " lmsysorg/sglang:v0.5.6-cu129-amd64, the row's image; the row is measured 3 s later"
+)
 _TP4 = (4, 1, 4, 1)
+_TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
-RECORDED_LAUNCHES: dict[tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], LaunchFlags]] = {
-    # dsr1-fp8-b200-sglang, TP 4, 8,192 / 1,024, C 4-32: MEM_FRAC_STATIC=0.95, --kv-cache-dtype fp8_e4m3,
-    # MAX_RUNNING_REQUESTS=32, CUDA_GRAPH_MAX_BATCH_SIZE=32, CHUNKED_PREFILL_SIZE=8192, MAX_PREFILL_TOKENS=8192.
+_K1, _K8 = 1024, 8192
+_C4_64 = ((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 64))
+_dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence length
+    _DSR1_FP4_B200_SH,
+    mem_fraction_static=0.85,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+    max_running_requests=256,
+    cuda_graph_max_bs=256,
+)
+RECORDED_LAUNCHES: dict[
+    tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
+] = {
+    # dsr1-fp8-b200-sglang (InferenceX .github/configs/nvidia-master.yaml at 12ba0ae07: TP 8 / EP 1 at 1k/1k, 1k/8k
+    # C 4-64 and 8k/1k C 4; TP 4 / EP 1 at 8k/1k C 4-32). TP 8: MAX_RUNNING_REQUESTS=128,
+    # CUDA_GRAPH_MAX_BATCH_SIZE=128, MEM_FRAC_STATIC=0.82, CHUNKED_PREFILL_SIZE=MAX_PREFILL_TOKENS=32768. TP 4 (the
+    # script exits for any other ISL / OSL): 32, 32, 0.95, 8192 / 8192. Both --kv-cache-dtype fp8_e4m3. The dated
+    # exports also hold TP 8 rows outside that search space (C 128-512 at each length, C 8-64 at 8k/1k) which no
+    # config at that commit launched and which contradict its cap (1k/1k C 256: TTFT 2.1 s, TPOT rising from 28.7 ms
+    # at C 128 to 42.5 ms; 128 running requests would queue every other request for a whole ~40 s generation): no
+    # record for them.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
-        ("agg", _TP4): LaunchFlags(
-            _DSR1_FP8_B200_SH,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_prefill_tokens=8192,
-            max_running_requests=32,
-            cuda_graph_max_bs=32,
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                search_space=((_K8, _K1, 4, 32),),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH_TP8,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 4)),
+            ),
+        ),
+    },
+    # dsr1-fp8-b200-sglang at d27433dff (TP 8 / EP 1, C 4-64 at each length): one launch line, the later TP 8 branch
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.6-cu129-amd64", "2025-12-31"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_V056,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=_C4_64,
+            ),
+        ),
+    },
+    # dsr1-fp8-h200-sglang (TP 8, no EP, C 4-64 at each length): --mem-fraction-static 0.82, --chunked-prefill-size /
+    # --max-prefill-tokens 32768, no --kv-cache-dtype (SGLang's auto: bf16); --max-running-requests and
+    # --cuda-graph-max-bs 512 at 1k/1k, 256 otherwise.
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=512,
+                cuda_graph_max_bs=512,
+                search_space=_C4_64[:1],
+            ),
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=256,
+                cuda_graph_max_bs=256,
+                search_space=_C4_64[1:],
+            ),
+        ),
+    },
+    # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
+    # fp8_e4m3, --chunked-prefill-size 16384, --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", (4, 1, 1, 4)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128))),
+        ),
+        ("agg", (8, 1, 1, 8)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16))),
+        ),
+    },
+    # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
+    # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(4),
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                search_space=((_K8, _K1, 4, 32),),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(8),
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K8, _K1, 4, 4)),
+            ),
+        ),
+    },
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", layout): (
+            replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH, search_space=((_K1, _K1, 4, 128), (_K8, _K1, 4, last))),
         )
+        for layout, last in (((4, 1, 1, 4), 128), ((8, 1, 1, 8), 16))
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
-        ("prefill", _TP4): LaunchFlags(
-            _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            max_total_tokens=8192,
+        ("prefill", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+            ),
         ),
-        ("decode", _TP4): LaunchFlags(
-            _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=128,
-            cuda_graph_max_bs=128,
+        ("decode", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
         ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Bottom of curve": 1 prefill worker, 4 decode workers, one GB200 node (4 GPUs)
@@ -206,34 +364,38 @@ RECORDED_LAUNCHES: dict[tuple[str, ...], dict[tuple[str, tuple[int, int, int | N
     # from the InferenceX config's tp / ep / dp-attn fields, which its own comment says "do nothing because they are
     # hardcoded in" this script; the replay runs the layout the script launched.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
-        ("prefill", _ATTENTION_DP4): LaunchFlags(
-            _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            max_total_tokens=8192,
-            layout=_TP4,
+        ("prefill", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+                layout=_TP4,
+            ),
         ),
-        ("decode", _ATTENTION_DP4): LaunchFlags(
-            _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-            mem_fraction_static=0.95,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=8192,
-            max_running_requests=512,
-            cuda_graph_max_bs=128,
-            layout=_TP4,
+        ("decode", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                layout=_TP4,
+            ),
         ),
     },
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
 (:func:`launch_key`: architecture, GPU, precision, mode, container image, measurement date) and then by role and
-layout (TP, attention-DP, MoE TP, EP); docs/validation.md, "Rows replayed with their recorded launch flags". Each
-record is the script as it stood on the rows' measurement date (InferenceMAX database configs 271, 502 and 227);
-a row without one keeps SGLang's defaults. Kept for the deployments SGLang's defaults cannot run (their weights
-exceed the default budget). Applied on SGLang's pool only (``--pool-source aiconfigurator`` reproduces the previous
-rounds)."""
+layout (TP, attention-DP, MoE TP, EP), the first whose :attr:`LaunchFlags.search_space` holds the row;
+docs/validation.md, "Rows replayed with their recorded launch flags". Each record is the script as it stood on the
+rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
+defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
+pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
 LAUNCHES: dict[int, LaunchFlags] = {}
 """The recorded launch flags of each engine built here with them (by ``id(engine)``)."""
 
@@ -260,12 +422,19 @@ def recorded_launch(
     """The launch flags ``role`` (``agg``, ``prefill`` or ``decode``) at ``layout`` of the row's deployment ran with.
 
     :data:`RECORDED_LAUNCHES` by :func:`launch_key` (for a disaggregated row, the row that records its deployment:
-    itself or its twin). None on aiconfigurator-core's pool source and for every deployment without a record.
+    itself or its twin) and the row's ISL / OSL / C. None on aiconfigurator-core's pool source and for every deployment
+    without a record.
     """
     key = launch_key(row)
     if POOL_SOURCE != "sglang" or key is None:
         return None
-    return RECORDED_LAUNCHES.get(key, {}).get((role, layout))
+    for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
+        if launch.search_space is None:
+            return launch
+        isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
+        if any((isl, osl) == (i, o) and lo <= conc <= hi for i, o, lo, hi in launch.search_space):
+            return launch
+    return None
 
 
 @dataclass(frozen=True)
