@@ -20,15 +20,22 @@ are fitted the way the planners are in the simulated cluster, from the telemetry
 With ``--prefill-cost two-term`` the three improved ones also charge the two-term prefill cost α·n + β·n·(c + n/2)
 fitted, as t_p is, from the run's prefill steps (new and cached tokens per batch, as SGLang logs them:
 ``profiles.telemetry.PrefillSteps``; ``ServingParams.prefill_cost_by_context``); the default ``one-term`` is the
-predictor as plan() runs it (t_p per token whatever the context). The fit is printed either way. Per
-(scenario, GPUs)::
+predictor as plan() runs it (t_p per token whatever the context). With ``--prefill-batch-cost on`` they charge the
+cost fitted with a per-batch intercept, t₀ + α·n (with ``two-term`` t₀ + α·n + β·n·(c + n/2);
+``PrefillSteps.fit_with_intercept``;
+``ServingParams.prefill_batch_cost``), t₀ once per prefill batch the model expects. With ``--shared-prompts on``
+(the default, as the predictor) a GRPO group's members share their first prompt in the cache
+(``ServingParams.shared_prompt_hits``); ``off`` is the predictor before it. The fits are
+printed either way. Per (scenario, GPUs)::
 
-    prefill_cost scenario=<s> gpus=<g> t_p_us=<x> alpha_us=<x> beta_ps=<x>      (or two_term=none: no spread)
+    prefill_cost scenario=<s> gpus=<g> t_p_us=<x> alpha_us=<x> beta_ps=<x> step_t0_ms=<x> step_alpha_us=<x>
+        step_beta_ps=<x>                      (two_term=none / step=none: not fitted)
 
 Lines, per configuration and per (scenario, GPUs)::
 
     predict scenario=<s> gpus=<g> config=<2P6D> sim_s=<x> pearl_s=<x> improved_s=<x> ... sim_hit=<x> improved_hit=<x>
     predict_mape scenario=<s> gpus=<g> model=<name> mape_pct=<x> best_pick_gap_pct=<y> n=<configs>
+    predict_mape_mode scenario=<s> gpus=<g> model=<name> mode=<colocated|disaggregated> mape_pct=<x> n=<configs>
 
 ``best_pick_gap_pct``: how much slower (simulated) the configuration the predictor ranks first is than the fastest.
 ``sim_hit`` / ``improved_hit``: the prefill side's cached share of prompt tokens, simulated and as ``improved``
@@ -50,7 +57,8 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
     predict_measured dataset=<silicon-sglang|silicon-sglang-kvbound> model=<name> rows=<n> mape_pct=<x>
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
-                                         [--prefill-cost one-term|two-term]
+                                         [--prefill-cost one-term|two-term] [--prefill-batch-cost on|off]
+                                         [--shared-prompts on|off]
 """
 
 from __future__ import annotations
@@ -88,6 +96,8 @@ from pearl_sched.state import ratio_label
 SCENARIOS = "e2e,sensitivity/short-batch,swe-qwen3-8b,swe-qwen3-30b-a3b"
 TWO_TERM = False
 """``--prefill-cost``: whether the improved predictors charge the fitted two-term prefill cost."""
+OPT_IN: dict[str, object] = {}
+"""``--shared-prompts``: the improved predictors' opt-in serving flags this run turns on."""
 MODELS = ("pearl", "improved-prior", "improved", "improved-own")
 
 
@@ -106,6 +116,11 @@ def scenario_named(name: str) -> Scenario:
 def prefill_cost(run: Run) -> PrefillCost | None:
     """The two-term prefill cost fitted from the run's prefill steps (None without a spread in context)."""
     return run.observed.prefill_cost()
+
+
+def prefill_fits(run: Run) -> dict[str, object]:
+    """The run's prefill fits as serving fields (through the origin, and with the per-batch intercept)."""
+    return {"prefill_cost": prefill_cost(run), "prefill_step_cost": run.observed.prefill_step_cost(by_context=TWO_TERM)}
 
 
 @dataclasses.dataclass
@@ -149,12 +164,12 @@ def serving_from(setting: Setting, run: Run) -> ServingParams:
         before, after, turns=turns, prefill_workers=c.prefill, decode_workers=c.decode, colocated_workers=c.colocated
     )
     refitted = refit_serving(setting.serving_params(), c.mode, observation, after, workers=workers)
-    return refitted.model_copy(update={"prefill_cost": prefill_cost(run), "prefill_cost_by_context": TWO_TERM})
+    return refitted.model_copy(update={**prefill_fits(run), "prefill_cost_by_context": TWO_TERM, **OPT_IN})
 
 
 def prior_serving(setting: Setting, run: Run) -> ServingParams:
     """SGLang's launch settings, and the two-term prefill cost fitted from the run's steps (as t_p is)."""
-    return setting.serving_params(prefill_cost=prefill_cost(run), prefill_cost_by_context=TWO_TERM)
+    return setting.serving_params(**prefill_fits(run), prefill_cost_by_context=TWO_TERM, **OPT_IN)
 
 
 def improved(params: PearlParams, serving: ServingParams) -> MakespanModel:
@@ -188,12 +203,19 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
         pearl = PearlMakespanModel(params)
         prior = improved(params, prior_serving(setting, ran))
         cost = prefill_cost(ran)
+        step = ran.observed.prefill_step_cost(by_context=TWO_TERM)
         print(
             f"prefill_cost scenario={name} gpus={gpus} t_p_us={1e6 * params.devices[0].prefill_s_per_token:.2f}"
             + (
                 f" alpha_us={1e6 * cost.per_token_s:.2f} beta_ps={1e12 * cost.per_token_context_s:.1f}"
                 if cost is not None
                 else " two_term=none"
+            )
+            + (
+                f" step_t0_ms={1e3 * step.per_batch_s:.2f} step_alpha_us={1e6 * step.per_token_s:.2f}"
+                f" step_beta_ps={1e12 * step.per_token_context_s:.1f}"
+                if step is not None
+                else " step=none"
             ),
             flush=True,
         )
@@ -232,6 +254,14 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 f" best_pick_gap_pct={100 * (pick - best) / best:.1f} n={len(configs)}",
                 flush=True,
             )
+            for mode in Mode:
+                chosen = [i for i, c in enumerate(configs) if c.mode is mode]
+                mode_error = mape([predictions[model][i] for i in chosen], [truth[i] for i in chosen])
+                print(
+                    f"predict_mape_mode scenario={name} gpus={gpus} model={model} mode={mode.value}"
+                    f" mape_pct={mode_error:.1f} n={len(chosen)}",
+                    flush=True,
+                )
     return errors
 
 
@@ -250,7 +280,10 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
     theta = state.workload.model_copy(update={"bubble_ratio": ran.result.bubble_ratio})
     models: dict[tuple[str, str], tuple[MakespanModel, Workload]] = {
         ("pearl", "prior"): (setting.predictor("pearl"), state.workload),
-        ("improved", "prior"): (setting.predictor("improved"), state.workload),
+        ("improved", "prior"): (
+            setting.predictor("improved", serving=setting.serving_params(**OPT_IN)),
+            state.workload,
+        ),
         ("pearl", "refit"): (PearlMakespanModel(params), theta),
         ("improved", "refit"): (improved(params, serving_from(setting, ran)), state.workload),
     }
@@ -344,9 +377,13 @@ def main() -> None:
     parser.add_argument("--silicon-rows", type=int, default=400)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="one-term")
+    parser.add_argument("--prefill-batch-cost", choices=("on", "off"), default="off")
+    parser.add_argument("--shared-prompts", choices=("on", "off"), default="on")
     args = parser.parse_args()
     global TWO_TERM
     TWO_TERM = args.prefill_cost == "two-term"
+    OPT_IN["shared_prompt_hits"] = args.shared_prompts == "on"
+    OPT_IN["prefill_batch_cost"] = args.prefill_batch_cost == "on"
     logging.basicConfig(level=logging.WARNING)
     gpu_counts = [int(g) for g in args.gpus.split(",")]
     overall: dict[str, list[float]] = {m: [] for m in MODELS}

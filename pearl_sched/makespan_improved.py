@@ -45,7 +45,14 @@ terms:
   the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
   n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
   prefix, a miss's recompute from scratch, a retraction's re-prefill, the first prompt) at its own context; without
-  a fit, t_p per token.
+  a fit, t_p per token;
+- **group-shared prompts** (``ServingParams.group_size`` G > 1; ``shared_prompt_hits=False`` switches it off): a
+  GRPO group's members share their first prompt P₀, one radix node LRU evicts last, so a turn that misses its own
+  prefix still finds g = router_g·retention_g·P₀ of it, and the first-turn burst prefills a group's prompt once per
+  worker its members land on;
+- **a prefill batch's fixed cost** (opt-in, ``ServingParams.prefill_batch_cost``): t₀ + α·n (+ β·n·(c + n/2)) fitted
+  with an intercept from the prefill batches (``prefill_step_cost``), t₀ charged per prefill batch a turn takes —
+  (1 − e^(−λT))/(λT) for turns arriving at λ within a scheduling round T, at least its chunks.
 
 The batch is solved in phases (:data:`PHASES` shares of its turns): contexts grow and trajectories finish along the
 way, so memory binds late in a batch, not on average. Also, as before: append-prefill cost grows with context
@@ -189,9 +196,18 @@ class PrefillCost(Frozen):
     per_token_context_s: NonNegFloat = Field(
         description="β: seconds per new token per token it attends to (the cached prefix and half its own)"
     )
+    per_batch_s: NonNegFloat = Field(
+        default=0.0,
+        exclude_if=lambda v: v == 0,
+        description="t₀: fixed seconds of one prefill batch whatever its tokens (weights read, launch, the "
+        "framework's step); 0: fitted through the origin",
+    )
 
     def seconds(self, new_tokens: float, cached_tokens: float) -> float:
-        """Seconds of prefilling ``new_tokens`` after ``cached_tokens`` on one reference worker."""
+        """Seconds of prefilling ``new_tokens`` after ``cached_tokens`` on one reference worker, per-token terms only.
+
+        The per-batch t₀ is charged once per prefill batch by the predictor.
+        """
         return new_tokens * (self.per_token_s + self.per_token_context_s * (cached_tokens + new_tokens / 2))
 
 
@@ -247,6 +263,39 @@ class ServingParams(Frozen):
         description="Opt-in: charge prefills with ``prefill_cost`` where one is fitted; False: t_p per token (measured "
         "less accurate with it, docs/makespan.md 'Prefill cost by context')",
     )
+    prefill_step_cost: PrefillCost | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Prefill seconds per batch t₀ + α·n + β·n·(c + n/2), fitted with the intercept from the workers' "
+        "prefill batches; None: not fitted",
+    )
+    prefill_batch_cost: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        description="Opt-in: charge prefills with ``prefill_step_cost`` where one is fitted, its t₀ once per prefill "
+        "batch the model expects (docs/makespan.md, 'A prefill batch's fixed cost'); it then replaces t_p and "
+        "``prefill_cost``",
+    )
+    chunked_prefill_tokens: PosFloat = Field(
+        default=8192.0,
+        exclude_if=lambda v: v == 8192.0,
+        description="--chunked-prefill-size: the most new tokens one prefill batch computes (SGLang's default for "
+        "GPUs of 60-160 GiB, server_args._handle_gpu_memory_settings)",
+    )
+    group_size: int = Field(
+        default=1,
+        ge=1,
+        exclude_if=lambda v: v == 1,
+        description="Trajectories that share their first prompt (a GRPO group: the rollout's samples per prompt, "
+        "verl's rollout.n); 1: none share",
+    )
+    shared_prompt_hits: bool = Field(
+        default=True,
+        exclude_if=lambda v: v,
+        description="With groups (group_size > 1) a turn whose own prefix missed still finds its group's first prompt "
+        "cached, and the first-turn burst prefills a group's prompt once per worker it lands on (docs/makespan.md, "
+        "'Group-shared prompts'); False: every trajectory's prompt is its own, as before",
+    )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
 
@@ -267,7 +316,12 @@ class ServingParams(Frozen):
 
     @property
     def charged_prefill_cost(self) -> PrefillCost | None:
-        """The two-term prefill cost the predictor charges: ``prefill_cost`` when opted in, else None (t_p)."""
+        """The prefill cost the predictor charges, None for t_p per token.
+
+        ``prefill_step_cost`` (with its per-batch t₀) when opted in and fitted, else ``prefill_cost`` when opted in.
+        """
+        if self.prefill_batch_cost and self.prefill_step_cost is not None:
+            return self.prefill_step_cost
         return self.prefill_cost if self.prefill_cost_by_context else None
 
 
@@ -302,6 +356,9 @@ class CycleState(Frozen):
     kv_limited: bool = Field(default=False, description="The KV pool caps n (the rest queue for admission)")
     prefill_hit: NonNegFloat = Field(default=1.0, description="h: share of the previous context still cached")
     decode_hit: NonNegFloat = Field(default=0.0, description="h_D: PD decode radix cache share (0 without it)")
+    group_hit_tokens: NonNegFloat = Field(
+        default=0.0, description="g: tokens of its group's first prompt a turn that missed its own prefix still finds"
+    )
     prefill_tokens_per_turn: NonNegFloat = Field(default=0.0, description="x: tokens one turn prefills")
     transfer_tokens_per_turn: NonNegFloat = Field(default=0.0, description="KV tokens one PD turn sends")
     retractions_per_turn: NonNegFloat = 0.0
@@ -324,6 +381,7 @@ class _Flow(NamedTuple):
     retractions: float
     kv_limited: bool
     prefill_s: float | None = None  # one turn's prefill on a reference worker by context; None: x·t_p (one term)
+    group_tokens: float = 0.0  # g: the group's first prompt a turn that missed its own prefix still finds cached
 
 
 class _Pools(NamedTuple):
@@ -597,6 +655,98 @@ class ImprovedMakespanModel:
             return max(context - workload.generated_tokens_per_turn, 0.0)
         return context
 
+    def _group_members(self, workload: Workload, live: float) -> tuple[float, float]:
+        """(live members of a group, groups with a live member) when ``live`` of the batch's trajectories are live."""
+        g = float(self.params.serving.group_size)
+        return max(1.0, g * live / workload.batch_size), min(workload.batch_size / g, live)
+
+    def _sharing(self) -> bool:
+        """Whether trajectories share their group's first prompt in the cache (opted in, groups of two or more)."""
+        serving = self.params.serving
+        return serving.shared_prompt_hits and serving.group_size > 1 and not serving.perfect_cache
+
+    def _group_router(self, members: float, workers: float) -> float:
+        """Probability that a worker a group member's turn lands on holds the group's prompt.
+
+        Cache-aware: the router sends a group's members where its prompt is (one worker). Least-load and
+        round-robin: the prompt is on each worker one of the ``members`` landed on, 1 − (1 − 1/N)^members of them.
+        """
+        if self.params.serving.router == "cache_aware" or workers <= 1:
+            return 1.0
+        return 1.0 - math.pow(1.0 - 1.0 / workers, members)
+
+    def _group_prompt(self, workload: Workload, live: float, workers: float, free_tokens: float, held: float) -> float:
+        """g: expected tokens of its group's first prompt that a turn whose own prefix missed still finds cached.
+
+        A GRPO group's members share their first prompt P₀; in SGLang's radix cache it is one node, the parent of
+        every member's own tail, so it becomes an evictable leaf only once every member's tail on that worker is
+        gone, and each member's turn refreshes it: it is the last of a group's tokens LRU evicts. It stays while
+        the worker's free pool holds its groups' prompts (the share that fits, as :meth:`_retention`), on the
+        worker the turn lands on (:meth:`_group_router`). 0 without groups or with ``shared_prompt_hits`` off.
+        """
+        if not self._sharing():
+            return 0.0
+        prompt = min(workload.prompt_tokens, held)
+        if prompt <= 0 or workers <= 0:
+            return 0.0
+        members, groups = self._group_members(workload, live)
+        held_share = self._retention(free_tokens, groups / workers, prompt)
+        return self._group_router(members, workers) * held_share * prompt
+
+    def _burst_tokens(self, workload: Workload, workers: float) -> float:
+        """Tokens the first-turn burst prefills over the pool: every first prompt, or each group's once per worker.
+
+        With groups sharing their prompt (``shared_prompt_hits``) a group's prompt is prefilled on each worker its
+        members land on (one with the cache-aware router; N·(1 − (1 − 1/N)^G) of N with least-load or round-robin)
+        and hit by the members after; without, every trajectory prefills its own.
+        """
+        return (
+            workload.batch_size * workload.prompt_tokens
+            if not self._sharing()
+            else (self._burst_prompts(workload, workers) * workload.prompt_tokens)
+        )
+
+    def _burst_prompts(self, workload: Workload, workers: float) -> float:
+        """First prompts the burst prefills over the pool (:meth:`_burst_tokens`, in prompts)."""
+        b = workload.batch_size
+        if not self._sharing():
+            return b
+        g = float(self.params.serving.group_size)
+        spread = self.params.serving.router != "cache_aware" and workers > 1
+        copies = workers * self._group_router(g, workers) if spread else 1.0
+        return min(float(b), b / g * min(copies, g))
+
+    def _prefill_batches(
+        self,
+        workload: Workload,
+        mode: Mode,
+        decoding_per_worker: float,
+        iteration_s: float,
+        tokens: float,
+        turn_s: float,
+        batch_s: float,
+    ) -> float:
+        """Prefill batches one turn takes on its worker, each paying the fitted per-batch t₀ (at least its chunks).
+
+        Turns reach a worker's prefill side at λ = n_w/(r·τ₀) a second (each of the n_w sequences decoding per worker
+        ends a turn every r iterations; Little's law). SGLang's scheduler puts every waiting request in the next
+        prefill batch (up to ``--chunked-prefill-size`` tokens), so requests that arrive within one scheduling round
+        T share a batch: with Poisson arrivals a round has a batch with probability 1 − e^(−λT), i.e.
+        (1 − e^(−λT))/(λT) batches a turn (1 when λT → 0: a batch per turn). Colocated, the round is a decode
+        iteration τ₀; a PD prefill worker runs batches back to back while requests wait, a round t₀/(1 − ρ) with ρ
+        = λ·``turn_s`` (a turn's per-token seconds). A turn of x tokens needs x/chunk batches whatever it shares.
+        """
+        r = workload.generated_tokens_per_turn
+        chunks = tokens / self.params.serving.chunked_prefill_tokens
+        if decoding_per_worker <= 0 or iteration_s <= 0:
+            return max(chunks, 1.0)
+        arrivals_per_s = decoding_per_worker / (r * iteration_s)
+        busy = min(0.95, arrivals_per_s * turn_s)  # ρ: the share of a PD prefill worker's time spent on tokens
+        round_s = iteration_s if mode is Mode.COLOCATED else batch_s / (1.0 - busy)
+        load = arrivals_per_s * round_s
+        shared = 1.0 if load <= 1e-9 else -math.expm1(-load) / load
+        return max(chunks, shared)
+
     def _flow(
         self, workload: Workload, capacity: PoolCapacity, n: float, phase: Phase, *, corrected: bool = True
     ) -> _Flow:
@@ -630,6 +780,10 @@ class ImprovedMakespanModel:
         if corrected and not serving.perfect_cache:
             gamma, floor = self._correction(workload, mode)
             hit = min(1.0, max(hit * gamma, floor))
+        if mode is Mode.COLOCATED:
+            group = self._group_prompt(workload, b, decode_workers, m - n / decode_workers * f, held)
+        else:
+            group = self._group_prompt(workload, b, capacity.prefill, pools.kv_tokens[Role.PREFILL], held)
         limited = math.isfinite(m) and n >= decode_workers * m / f * (1 - 1e-9)
         retractions = 0.0
         observed = serving.observed(mode)
@@ -642,7 +796,7 @@ class ImprovedMakespanModel:
         # A trajectory's first turn has no prefix to miss, recompute or send (its prompt is the first-turn burst):
         # those terms apply to the (S − 1)/S of the turns that follow one.
         later = max(workload.turns - 1.0, 0.0) / workload.turns
-        missed = later * (1 - hit) * held
+        missed = later * (1 - hit) * (held - group)
         whole = mode is Mode.DISAGGREGATED and serving.pd_whole_context
         if mode is Mode.COLOCATED:
             prefill = dl + missed + retractions * (r / 2 + missed)
@@ -663,14 +817,23 @@ class ImprovedMakespanModel:
             kept = later * hit
             seconds = (1 - later) * cost.seconds(dl, c)
             if whole:
-                seconds += kept * cost.seconds(dl + r, held) + miss * cost.seconds(dl + r + held, 0.0)
+                seconds += kept * cost.seconds(dl + r, held) + miss * cost.seconds(dl + r + held - group, group)
             else:
-                seconds += kept * cost.seconds(dl, c) + miss * cost.seconds(dl + held, 0.0)
+                seconds += kept * cost.seconds(dl, c) + miss * cost.seconds(dl + held - group, group)
             if mode is Mode.COLOCATED and retractions > 0:
                 # A retracted request re-prefills the tail it lost: half a turn's output, and its prefix on a miss.
                 tail = c + dl
                 seconds += retractions * (
-                    (1 - miss) * cost.seconds(r / 2, tail) + miss * cost.seconds(r / 2 + held, tail - held)
+                    (1 - miss) * cost.seconds(r / 2, tail)
+                    + miss * cost.seconds(r / 2 + held - group, tail - held + group)
+                )
+            if cost.per_batch_s > 0:
+                prefill_workers = decode_workers if mode is Mode.COLOCATED else capacity.prefill
+                iteration_s = pools.iteration_s[Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE]
+                iteration_s += self._per_seq_s(workload, c) * n / decode_workers
+                tokens = max(prefill, 0.0) + retractions * (r / 2 + missed)
+                seconds += cost.per_batch_s * self._prefill_batches(
+                    workload, mode, n / prefill_workers, iteration_s, tokens, seconds, cost.per_batch_s
                 )
         return _Flow(
             hit=hit,
@@ -680,35 +843,48 @@ class ImprovedMakespanModel:
             retractions=retractions,
             kv_limited=limited,
             prefill_s=seconds,
+            group_tokens=group,
         )
 
     def token_hit_rate(self, workload: Workload, capacity: PoolCapacity, *, corrected: bool = True) -> float:
         """The prefill side's cached share of prompt tokens over the batch, as SGLang's counters measure it.
 
-        ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``: the first prompt is never cached; a
-        later turn's prompt is its context plus ΔL, of which the held part is cached with probability h.
+        ``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``: a later turn's prompt is its context plus
+        ΔL, of which the held part is cached with probability h (and, on a miss, its group's first prompt g); a
+        first prompt is cached only where a group member prefilled it before (``shared_prompt_hits``).
         """
         states = self._states(workload, capacity, corrected=corrected)
-        return self._hit_rate(workload, capacity.mode, [st.prefill_hit for st in states])
+        cached, prompts = self._hit_tokens(workload, capacity, [st.prefill_hit for st in states], states)
+        return cached / prompts if prompts > 0 else 0.0
 
-    def _hit_rate(self, workload: Workload, mode: Mode, hits: list[float]) -> float:
-        """Cached ÷ prompt tokens over the batch with hit share ``hits[j]`` in phase j (first prompts uncached)."""
+    def _hit_tokens(
+        self, workload: Workload, capacity: PoolCapacity, hits: list[float], states: list[CycleState]
+    ) -> tuple[float, float]:
+        """(cached, prompt) tokens over the batch with hit share ``hits[j]`` in phase j and the states' group hits."""
+        capacity = self._pools(workload, capacity).capacity
+        mode = capacity.mode
         phases = self.phases(workload)
         turns = sum(ph.trajectories for ph in phases) * workload.turns / PHASES
         later = max(turns - workload.batch_size, 0.0) / turns if turns > 0 else 0.0  # share of turns after the first
         weight = workload.turns / PHASES * later
         cached = weight * sum(
-            h * ph.trajectories * self._held(workload, mode, ph.context) for h, ph in zip(hits, phases, strict=True)
+            h * ph.trajectories * self._held(workload, mode, ph.context)
+            + (1 - h) * ph.trajectories * st.group_hit_tokens
+            for h, ph, st in zip(hits, phases, states, strict=True)
         )
-        prompts = workload.batch_size * workload.prompt_tokens + weight * sum(
+        first = workload.batch_size * workload.prompt_tokens
+        workers = capacity.colocated if mode is Mode.COLOCATED else capacity.prefill
+        cached += first - self._burst_tokens(workload, workers)
+        prompts = first + weight * sum(
             ph.trajectories * (ph.context + workload.appended_tokens_per_turn) for ph in phases
         )
-        return cached / prompts if prompts > 0 else 0.0
+        return cached, prompts
 
     def _correction(self, workload: Workload, mode: Mode) -> tuple[float, float]:
         """(γ, floor) from the measured hit rate: h = max(γ·h_structural, floor).
 
-        γ = measured ÷ structural token hit rate at the configuration that ran; where the structure predicts
+        γ = measured ÷ structural token hit rate at the configuration that ran, both less what the group-shared
+        prompts (g and the first prompts) account for, which is no prefix hit; where the structure predicts
         (almost) no hits there but hits were measured, γ = 1 and the measured rate, as a share of the cacheable
         tokens, is a floor. (1, 0) without a measurement.
         """
@@ -721,12 +897,20 @@ class ImprovedMakespanModel:
             usable = (ran.colocated if mode is Mode.COLOCATED else min(ran.prefill, ran.decode)) > 0
             result = (1.0, 0.0)
             if usable:
-                structural = self.token_hit_rate(workload, ran, corrected=False)
-                if structural > STRUCTURAL_HIT_FLOOR:
-                    result = (observed.cache_hit_rate / structural, 0.0)
+                states = self._states(workload, ran, corrected=False)
+                structural, prompts = self._hit_tokens(workload, ran, [st.prefill_hit for st in states], states)
+                shared, _ = self._hit_tokens(workload, ran, [0.0] * PHASES, states)
+                all_cached, _ = self._hit_tokens(workload, ran, [1.0] * PHASES, states)
+                if shared > 0:  # the group's share is no prefix hit: the ratio of what remains
+                    measured = max(0.0, observed.cache_hit_rate * prompts - shared)
+                    own, room = (structural - shared) / prompts, all_cached - shared
+                    gamma = measured / (structural - shared) if own > STRUCTURAL_HIT_FLOOR else 1.0
+                    floor = min(1.0, measured / room) if room > 0 else 0.0
                 else:
-                    all_cached = self._hit_rate(workload, mode, [1.0] * PHASES)
-                    result = (1.0, min(1.0, observed.cache_hit_rate / all_cached) if all_cached > 0 else 0.0)
+                    own, rate = structural / prompts, observed.cache_hit_rate
+                    gamma = rate / own if own > STRUCTURAL_HIT_FLOOR else 1.0
+                    floor = min(1.0, rate / (all_cached / prompts)) if all_cached > 0 else 0.0
+                result = (gamma, 0.0) if own > STRUCTURAL_HIT_FLOOR else (1.0, floor)
             self._corrections[key] = result
         return self._corrections[key]
 
@@ -771,12 +955,16 @@ class ImprovedMakespanModel:
             return new_tokens * self._prefill_per_token_s(workload)
         return cost.seconds(new_tokens, cached_tokens)
 
-    def _burst_s(self, workload: Workload) -> float:
-        """The first-turn burst on one reference worker: every trajectory's first prompt, from scratch."""
-        b = workload.batch_size
-        if self.params.serving.charged_prefill_cost is None:
-            return b * workload.prompt_tokens * self._prefill_per_token_s(workload)
-        return b * self._prefill_s(workload, workload.prompt_tokens, 0.0)
+    def _burst_s(self, workload: Workload, workers: float = 1.0) -> float:
+        """The first-turn burst on one reference worker: the first prompts (:meth:`_burst_tokens`), from scratch."""
+        cost = self.params.serving.charged_prefill_cost
+        if cost is None:
+            return self._burst_tokens(workload, workers) * self._prefill_per_token_s(workload)
+        seconds = self._burst_prompts(workload, workers) * self._prefill_s(workload, workload.prompt_tokens, 0.0)
+        if cost.per_batch_s > 0:  # the burst waits all at once: full batches of --chunked-prefill-size tokens
+            tokens = self._burst_tokens(workload, workers)
+            seconds += cost.per_batch_s * max(tokens / self.params.serving.chunked_prefill_tokens, workers)
+        return seconds
 
     def _bandwidth(self, prefill_capacity: float) -> float:
         """P→D bytes per second of the whole prefill pool."""
@@ -882,6 +1070,7 @@ class ImprovedMakespanModel:
                 kv_limited=flow.kv_limited,
                 prefill_hit=flow.hit,
                 decode_hit=flow.decode_hit,
+                group_hit_tokens=flow.group_tokens,
                 prefill_tokens_per_turn=flow.prefill_tokens,
                 transfer_tokens_per_turn=flow.transfer_tokens,
                 retractions_per_turn=flow.retractions,
@@ -927,13 +1116,13 @@ class ImprovedMakespanModel:
         turns = [s / PHASES * ph.trajectories for ph in phases]
         cost = self.params.serving.charged_prefill_cost
         if cost is None:
-            prefilled = (
-                sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + b * workload.prompt_tokens
+            prefilled = sum(t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)) + self._burst_tokens(
+                workload, capacity
             )
             work = prefilled * t_p / capacity
         else:
             seconds = sum(t * (f.prefill_s or 0.0) for t, f in zip(turns, flows, strict=True))
-            work = (seconds + b * cost.seconds(workload.prompt_tokens, 0.0)) / capacity
+            work = (seconds + self._burst_s(workload, capacity)) / capacity
         if mode is Mode.DISAGGREGATED and workload.kv_bytes_per_token > 0:
             sent = sum(t * f.transfer_tokens for t, f in zip(turns, flows, strict=True))
             sent += b * self._first_turn_transfer_tokens(workload)
@@ -953,7 +1142,7 @@ class ImprovedMakespanModel:
         flows = []
         for ph in self.phases(workload):
             if cost is not None:
-                own = cost.seconds(workload.appended_tokens_per_turn, ph.context)
+                own = cost.seconds(workload.appended_tokens_per_turn, ph.context) + cost.per_batch_s
             d = r * (pools.iteration_s[role] + self._per_seq_s(workload, ph.context) * ph.trajectories / decode)
             n = ph.trajectories * d / (d + workload.env_time_per_turn_s + own)
             n = min(n, decode * m / self._footprint(workload, capacity.mode, ph.context))
@@ -1063,7 +1252,7 @@ class ImprovedMakespanModel:
         env = workload.env_time_s
         colocated = capacity.mode is Mode.COLOCATED
         prefill_capacity = capacity.colocated if colocated else capacity.prefill
-        burst = self._burst_s(workload) / prefill_capacity
+        burst = self._burst_s(workload, prefill_capacity) / prefill_capacity
         # The last turn ends the trajectory: S turns make S − 1 environment calls on the critical path.
         calls = max(s - 1.0, 0.0)
         critical = (

@@ -496,11 +496,16 @@ class PrefillSteps:
     over the batches needs Σx₁², Σx₁x₂, Σx₂², Σx₁t and Σx₂t only, so a copy is cheap and nothing is stored per
     batch. SGLang logs a continued chunked request's earlier chunks as neither new nor cached (its
     ``add_chunked_req`` counts prefix 0), so a log reader adds them to C; the simulator records them as context.
+
+    With the batch count, Σx₁, Σx₂, Σt and Σt² too it also fits a per-batch intercept, t = t₀ + α·x₁ + β·x₂
+    (:meth:`fit_with_intercept`): the fixed cost of a prefill step whatever its tokens.
     """
 
     def __init__(self) -> None:
         """No batches yet."""
         self.x1x1 = self.x1x2 = self.x2x2 = self.x1t = self.x2t = 0.0
+        self.batches = 0
+        self.x1 = self.x2 = self.t = self.tt = 0.0
 
     def add(self, *, sequences: int, new_tokens: float, cached_tokens: float, seconds: float) -> None:
         """Record one prefill batch: its requests, new and cached tokens (batch totals) and measured seconds."""
@@ -513,6 +518,11 @@ class PrefillSteps:
         self.x2x2 += x2 * x2
         self.x1t += x1 * seconds
         self.x2t += x2 * seconds
+        self.batches += 1
+        self.x1 += x1
+        self.x2 += x2
+        self.t += seconds
+        self.tt += seconds * seconds
 
     def fit(self) -> PrefillCost | None:
         """(α, β) by non-negative least squares; None without batches, or without spread in context.
@@ -535,6 +545,49 @@ class PrefillSteps:
             return PrefillCost(per_token_s=0.0, per_token_context_s=self.x2t / c)
         return None
 
+    def fit_with_intercept(self, *, by_context: bool = True) -> PrefillCost | None:
+        """(t₀, α, β) of t = t₀ + α·x₁ + β·x₂ by non-negative least squares; None where it is one rate per token.
+
+        The exact non-negative solution of three coefficients: the least-squares fit on each subset of them whose
+        normal equations are well conditioned, the one with the smallest squared error among those with no negative
+        coefficient. None without batches, or where the best is α alone (PEARL's t_p; the caller keeps it). Where
+        the batches have no spread in context β is not fitted (x₂ a multiple of x₁), so t₀ + α·x₁; without
+        ``by_context`` (the one-term prefill cost, ``ServingParams.prefill_cost_by_context`` off) neither is it.
+        """
+        if self.batches < 3 or self.x1x1 <= 0:
+            return None
+        gram = np.array(
+            [
+                [float(self.batches), self.x1, self.x2],
+                [self.x1, self.x1x1, self.x1x2],
+                [self.x2, self.x1x2, self.x2x2],
+            ]
+        )
+        target = np.array([self.t, self.x1t, self.x2t])
+        best: tuple[float, tuple[int, ...], NDArray[np.float64]] | None = None
+        subsets = ((0, 1, 2), (0, 1), (1, 2), (0, 2), (1,), (2,), (0,)) if by_context else ((0, 1), (1,), (0,))
+        for subset in subsets:
+            index = list(subset)
+            g = gram[np.ix_(index, index)]
+            scale = np.sqrt(np.diag(g))
+            if np.any(scale <= 0):
+                continue
+            unit = g / np.outer(scale, scale)
+            if np.linalg.det(unit) <= 1e-9:  # collinear columns: no spread in context, or one batch size
+                continue
+            coef = np.linalg.solve(unit, target[index] / scale) / scale
+            if np.any(coef < 0):
+                continue
+            error = self.tt - 2 * float(coef @ target[index]) + float(coef @ g @ coef)
+            if best is None or error < best[0]:
+                best = (error, subset, coef)
+        if best is None or best[1] == (1,):
+            return None
+        values = dict(zip(best[1], best[2].tolist(), strict=True))
+        return PrefillCost(
+            per_batch_s=values.get(0, 0.0), per_token_s=values.get(1, 0.0), per_token_context_s=values.get(2, 0.0)
+        )
+
 
 def blend_prefill_cost(
     previous: PrefillCost | None, fitted: PrefillCost | None, *, alpha: float = 0.3
@@ -548,4 +601,5 @@ def blend_prefill_cost(
     return PrefillCost(
         per_token_s=(1 - alpha) * previous.per_token_s + alpha * fitted.per_token_s,
         per_token_context_s=(1 - alpha) * previous.per_token_context_s + alpha * fitted.per_token_context_s,
+        per_batch_s=(1 - alpha) * previous.per_batch_s + alpha * fitted.per_batch_s,
     )

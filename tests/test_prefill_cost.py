@@ -167,6 +167,10 @@ def test_the_simulated_cluster_refits_the_two_term_cost_from_its_prefill_batches
     fitted = cluster.observed.prefill_cost()
     assert fitted is not None and fitted.per_token_context_s > 0  # the kernel tables' attention grows with context
     assert cluster.serving_params is not None and cluster.serving_params.prefill_cost == fitted
+    # and the cost with a per-batch intercept, one term as the serving parameters charge prefills (t₀ + α·n)
+    step = cluster.observed.prefill_step_cost(by_context=False)
+    assert step is not None and step.per_batch_s > 0 and step.per_token_context_s == 0
+    assert cluster.serving_params.prefill_step_cost == step
     assert cluster.pearl_params is not None  # PEARL's own t_p is refitted as before, from the same batches
     t_p = cluster.observed.prefill_nt / cluster.observed.prefill_nn
     assert cluster.pearl_params.devices[0].prefill_s_per_token == pytest.approx(t_p)

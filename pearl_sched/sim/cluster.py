@@ -213,6 +213,13 @@ class ObservedStepTimes:
         """The two-term prefill cost α·n + β·n·(c + n/2) fitted to this batch's prefill steps (None: one term)."""
         return self.prefill_steps.fit()
 
+    def prefill_step_cost(self, *, by_context: bool = True) -> PrefillCost | None:
+        """The prefill cost with a per-batch intercept fitted to this batch's steps (None: one rate per token).
+
+        t₀ + α·n + β·n·(c + n/2), or without ``by_context`` t₀ + α·n (``PrefillSteps.fit_with_intercept``).
+        """
+        return self.prefill_steps.fit_with_intercept(by_context=by_context)
+
     def _decode_fit(self) -> dict[str, float] | None:
         """``A`` and ``b`` by least squares over the decode iterations (None without two batch sizes)."""
         k = self.decode_k
@@ -560,7 +567,10 @@ class SimCluster:
         # improved predictor's two-term prefill cost; attention-DP ranks' steps are not refitted (as for t_p).
         fitted = self.observed.prefill_cost() if self.size.dp == 1 else None
         cost = blend_prefill_cost(current.prefill_cost, fitted, alpha=TELEMETRY_ALPHA)
-        self.serving_params = refitted.model_copy(update={"prefill_cost": cost})
+        by_context = current.prefill_cost_by_context
+        step = self.observed.prefill_step_cost(by_context=by_context) if self.size.dp == 1 else None
+        step_cost = blend_prefill_cost(current.prefill_step_cost, step, alpha=TELEMETRY_ALPHA)
+        self.serving_params = refitted.model_copy(update={"prefill_cost": cost, "prefill_step_cost": step_cost})
 
     def _refit_decode_costs(self) -> None:
         """Refit the improved predictor's decode cost on n and KV tokens from the batch's decode iterations (EWMA).

@@ -330,7 +330,8 @@ class Setting:
         """What the improved predictor knows of these workers before any telemetry: SGLang's settings as launched.
 
         The KV pool is SGLang's (:attr:`kv_pool_tokens`, what ``sglang:max_total_num_tokens`` reports), the router,
-        decode radix cache and mixed-chunk flags the scenario's, φ the step times' (:attr:`mixed_step_factor`);
+        decode radix cache and mixed-chunk flags the scenario's, φ the step times' (:attr:`mixed_step_factor`), the
+        GRPO group size the scenario's (the rollout's samples per prompt), the chunked-prefill size SGLang's;
         with ``worker_sizes`` every other TP degree's own pool (:meth:`kv_pool_tokens_for`, ``size_pools``);
         ``measured`` overrides fields with what the cluster's telemetry reported (``profiles.telemetry.refit_serving``).
         """
@@ -346,6 +347,8 @@ class Setting:
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
             mixed_step_factor=self.mixed_step_factor,
+            group_size=self.scenario.group_size,
+            chunked_prefill_tokens=float(self.chunked_prefill_size),
         )
         fields.update(measured)
         return ServingParams.model_validate(fields)
