@@ -147,9 +147,8 @@ def main() -> None:
     differs = [name for name in ours if ours[name][0] != theirs.get(name, [None])[0]]
     strict = sum(1 for name in ours if ours[name][1] == theirs.get(name, [None, None])[1])
     suffix = " ranking=predict" if args.rank_by_predict else ""
-    print(
-        f"plan_identity ref={args.compare} plans={len(ours)} same={len(ours) - len(differs)} strict_same={strict}{suffix}"
-    )
+    same = len(ours) - len(differs)
+    print(f"plan_identity ref={args.compare} plans={len(ours)} same={same} strict_same={strict}{suffix}")
     for name in differs:
         print(f"plan_identity differs {name} worktree={ours[name][0]} ref={theirs.get(name, ['missing'])[0]}")
 

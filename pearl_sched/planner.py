@@ -259,23 +259,23 @@ class _PredictRanker:
     """
 
     def __init__(self, model: MakespanModel, workload: Workload) -> None:
-        """A ranker for ``workload`` under ``model``; predictions are memoised by configuration.
+        """A ranker for ``workload`` under ``model``; predictions are memoised by the capacity they are asked at.
 
-        One ranker serves the solves of one pass of plan() over one state, whose problems share their classes'
-        order, GPU types, sizes and weights (they differ in eligibility and costs), so a configuration's
-        (mode, counts) names its capacities.
+        A configuration's :class:`~pearl_sched.makespan.PoolCapacity` (its mode, capacities and workers by size)
+        is all ``predict`` reads besides the workload, so one ranker serves every solve of one plan() call,
+        whichever state and classes a solve plans (the settle passes plan the states the actions lead to).
         """
         self._model = model
-        self._workload = workload
-        self._makespans: dict[tuple[Mode, Counts], float] = {}
+        self.workload = workload
+        self._makespans: dict[_CapacityKey, float] = {}
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
-        key = (solution.mode, solution.counts)
+        key = _capacity_key(solution, problem)
         makespan_s = self._makespans.get(key)
         if makespan_s is None:
-            capacity = _pool_capacity(solution, problem)
-            makespan_s = self._makespans[key] = self._model.predict(self._workload, capacity).total_s
+            capacity = _capacity_of(key)
+            makespan_s = self._makespans[key] = self._model.predict(self.workload, capacity).total_s
         objective_s = problem.unfinished_fraction * makespan_s + solution.transition_cost_s
         return replace(solution, makespan_s=makespan_s, objective_s=objective_s)
 
@@ -399,9 +399,12 @@ def plan(
             seen = classified[id(at)] = (at, _classify(at, model, costs, policy))
         return seen[1]
 
+    ranker = _ranker(model, state.workload, policy)  # its predictions serve every pass of this call
+
     def once(at: ClusterState, *, settle_check: bool = False) -> Plan | None:
         args = (model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
-        return _plan_once(at, *args, settle_check=settle_check)
+        shared = ranker if ranker is None or at.workload == ranker.workload else _ranker(model, at.workload, policy)
+        return _plan_once(at, *args, ranker=shared, settle_check=settle_check)
 
     first = once(state)
     assert first is not None  # only a settle check answers None
@@ -420,14 +423,17 @@ def _plan_once(
     label: str,
     digest: str,
     *,
+    ranker: _PredictRanker | None = None,
     settle_check: bool = False,
 ) -> Plan | None:
     """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1).
 
+    ``ranker`` is ``PolicyConfig.rank_by_predict``'s (None: the surrogate ranks).
+
     With ``settle_check`` (:func:`_settle` planning the state a plan leads to), a plan with no actions is not
     assembled: None says the state is settled, which is all :func:`_settle` reads of such a plan.
     """
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=_ranker(model, state.workload, policy))
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=ranker)
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:
@@ -946,22 +952,37 @@ def _target_and_actions(
     return target, build_actions(state, target, slot_reasons, regrouping)
 
 
-def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
-    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
+_CapacityKey = tuple[Mode, float, float, float, tuple[tuple[Role, str, int, int], ...]]
+"""A :class:`~pearl_sched.makespan.PoolCapacity`'s fields as plain values: mode, the three capacities, workers."""
+
+
+def _capacity_key(solution: ClassSolution, problem: ClassProblem) -> _CapacityKey:
+    """The fields of the solution's :func:`_pool_capacity`, without building it (a key for memoising predict)."""
     cap = solution.capacity
     counts: dict[tuple[Role, str, int], int] = {}
     for c, n in zip(problem.classes, solution.counts, strict=True):
         for i, role in enumerate(ROLES):
             if n[i] > 0:
                 counts[(role, c.gpu_type, c.tp)] = counts.get((role, c.gpu_type, c.tp), 0) + n[i]
-    workers = tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for (r, g, tp), k in counts.items())
+    workers = tuple((r, g, tp, k) for (r, g, tp), k in counts.items())
+    return (solution.mode, cap[Role.PREFILL], cap[Role.DECODE], cap[Role.COLOCATED], workers)
+
+
+def _capacity_of(key: _CapacityKey) -> PoolCapacity:
+    """The :class:`~pearl_sched.makespan.PoolCapacity` a :func:`_capacity_key` names."""
+    mode, prefill, decode, colocated, workers = key
     return PoolCapacity(
-        mode=solution.mode,
-        prefill=cap[Role.PREFILL],
-        decode=cap[Role.DECODE],
-        colocated=cap[Role.COLOCATED],
-        workers=workers,
+        mode=mode,
+        prefill=prefill,
+        decode=decode,
+        colocated=colocated,
+        workers=tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for r, g, tp, k in workers),
     )
+
+
+def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
+    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
+    return _capacity_of(_capacity_key(solution, problem))
 
 
 def _status_quo(base: ClassProblem, mode: Mode | None) -> ClassSolution | None:
