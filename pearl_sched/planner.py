@@ -51,6 +51,7 @@ from pearl_sched.policies import (
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
+from pearl_sched.solvers.enumeration import ratio_sweep
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
@@ -172,13 +173,10 @@ class _SolveContext:
             for mode in problem.modes:
                 if mode is not incumbent.mode:
                     candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
-        # Every split at every usable worker (a window as wide as the pool), without the search's fallbacks to
-        # fewer workers and brute force: those answer infeasible variants slowly, and the descent tries fewer.
-        sweep = sum(c.size for c in problem.classes)
+        # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
+        # those answer infeasible variants slowly, and the descent tries fewer.
         for variant in (problem, *_size_variants(problem)):
-            candidates.append(
-                enumerate_configurations(variant, window=sweep, rescore=lambda c: ranker.score(problem, c))
-            )
+            candidates.append(ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c)))
         scored = [ranker.score(problem, c) for c in candidates if c is not None]
         best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         return ranker.descend(problem, best)
@@ -277,7 +275,15 @@ class _PredictRanker:
             capacity = _capacity_of(key)
             makespan_s = self._makespans[key] = self._model.predict(self.workload, capacity).total_s
         objective_s = problem.unfinished_fraction * makespan_s + solution.transition_cost_s
-        return replace(solution, makespan_s=makespan_s, objective_s=objective_s)
+        return ClassSolution(  # dataclasses.replace, spelled out: this runs once per candidate of every sweep
+            solution.mode,
+            solution.counts,
+            makespan_s,
+            solution.pool_times_s,
+            solution.transition_cost_s,
+            objective_s,
+            solution.capacity,
+        )
 
     def descend(self, problem: ClassProblem, start: ClassSolution) -> ClassSolution:
         """Steepest descent from ``start`` (scored) over one-worker moves, at most :data:`_DESCENT_STEPS` steps."""
@@ -952,6 +958,7 @@ def _target_and_actions(
     return target, build_actions(state, target, slot_reasons, regrouping)
 
 
+_NONE = (0, 0, 0)
 _CapacityKey = tuple[Mode, float, float, float, tuple[tuple[Role, str, int, int], ...]]
 """A :class:`~pearl_sched.makespan.PoolCapacity`'s fields as plain values: mode, the three capacities, workers."""
 
@@ -961,6 +968,8 @@ def _capacity_key(solution: ClassSolution, problem: ClassProblem) -> _CapacityKe
     cap = solution.capacity
     counts: dict[tuple[Role, str, int], int] = {}
     for c, n in zip(problem.classes, solution.counts, strict=True):
+        if n == _NONE:  # most classes of a sweep's candidate: skipped at the cost of one comparison
+            continue
         for i, role in enumerate(ROLES):
             if n[i] > 0:
                 counts[(role, c.gpu_type, c.tp)] = counts.get((role, c.gpu_type, c.tp), 0) + n[i]
