@@ -131,7 +131,8 @@ def assign_many(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> li
 
 def _counts(counts: np.ndarray, lane: int) -> Counts:
     """One lane of a (class, role, lane) count array as :data:`~pearl_sched.problem.Counts`."""
-    return tuple(map(tuple, counts[:, :, lane].tolist()))  # type: ignore[arg-type]
+    rows: list[list[int]] = counts[:, :, lane].tolist()
+    return tuple((p, d, c) for p, d, c in rows)
 
 
 def _assign_lanes(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,7 +153,8 @@ def _assign_lanes(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> 
         blocks = left.get(cls.pool) if cls.pool is not None else None
         if blocks is None:
             return cls.size
-        return np.min([gpus // cls.tp for block, gpus in blocks.items() if block <= cls.tp], axis=0)
+        fits: np.ndarray = np.min([gpus // cls.tp for block, gpus in blocks.items() if block <= cls.tp], axis=0)
+        return fits
 
     def take(k: int, cls: SlotClass, i: int, workers: np.ndarray) -> None:  # PoolLedger.take and the books
         blocks = left.get(cls.pool) if cls.pool is not None else None
