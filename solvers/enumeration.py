@@ -206,6 +206,9 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
         for k, cls in enumerate(problem.classes):
             n = counts[k]
+            if cls.size and not cls.fixed and not n.any() and math.isfinite(cls.kv_bytes + cls.prefill_tokens_per_s):
+                transition_s += cls.cost[None] * cls.size  # a class off in every lane adds only this (and zeros)
+                continue
             used = n[0] + n[1] + n[2]
             ok &= ~((used > cls.size) | (n.min(axis=0) < 0))
             for i, role in enumerate(ROLES):
@@ -250,6 +253,11 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     return solutions
 
 
+_LANES_FROM = 48
+"""Usable workers from which :func:`ratio_sweep` runs in numpy lanes: below, numpy's fixed cost per class outweighs
+the loop it saves (measured on bench/plan_latency.py's states at 64 and 256 GPUs; both paths give the same answer)."""
+
+
 def ratio_sweep(
     problem: ClassProblem, rescore: Callable[[ClassSolution], ClassSolution] | None = None
 ) -> ClassSolution | None:
@@ -257,9 +265,12 @@ def ratio_sweep(
 
     PEARL's sweep at every split of the usable workers, without the fallbacks to fewer workers (the planner's
     ranking by ``predict`` runs one per size combination, docs/formulation.md); the same candidates in the
-    same order, so the same answer.
+    same order, so the same answer. From :data:`_LANES_FROM` usable workers the candidates are assigned and
+    evaluated in numpy lanes (:func:`assign_many`, :func:`evaluate_many`).
     """
     n = usable_workers(problem)
+    if n < _LANES_FROM:
+        return _best_of(problem, n, None, rescore)
     candidates = _candidates(problem, n, None)
     counts, done = _assign_lanes(problem, [t for _, t in candidates])
     evaluated: list[ClassSolution | None] = [None] * len(candidates)

@@ -17,6 +17,7 @@ import pytest
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.planner import _classify, _size_variants
 from pearl_sched.problem import ClassProblem, ClassSolution, evaluate
+from pearl_sched.solvers import enumeration
 from pearl_sched.solvers.enumeration import (
     assign,
     assign_many,
@@ -91,8 +92,13 @@ def test_evaluate_many_is_evaluate_lane_by_lane(sized: bool) -> None:
     assert kept > 50 and refused > 50, (kept, refused)
 
 
+@pytest.mark.parametrize("lanes_from", [0, enumeration._LANES_FROM])  # every sweep in lanes, and as shipped
 @pytest.mark.parametrize("sized", [False, True])
-def test_ratio_sweep_is_enumeration_over_every_split(sized: bool) -> None:
+def test_ratio_sweep_is_enumeration_over_every_split(
+    sized: bool, lanes_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(enumeration, "_LANES_FROM", lanes_from)
+
     def rescore(solution: ClassSolution) -> ClassSolution:  # a ranking unlike the objective's: fewest prefill first
         prefill = sum(n[0] for n in solution.counts)
         return replace(solution, objective_s=solution.objective_s * (1 + prefill))
