@@ -23,9 +23,10 @@ digits of the plan's fingerprint without the solver's bookkeeping (``Plan.finger
 solves and cut rounds, which a faster planner changes by design): everything decided — roles, actions, the
 exact objective, the decision and its reasons, the solver status — is in it.
 
-``--rank-by-predict`` runs every case with ``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking
-by predict"); its lines end in ``ranking=predict``. With ``--compare`` the revision runs with it too, so the
-option's cost before and after a change comes from one run, with its plans compared.
+plan()'s default policy ranks the mixed-size case by the model's own predict and the ``sizes=1`` cases by the
+MILP's surrogate (docs/formulation.md, "Ranking by predict"). ``--rank-by-predict`` runs every case with
+``PolicyConfig(rank_by_predict=True)``; its lines end in ``ranking=predict``. With ``--compare`` the revision
+runs with it too, so the option's cost before and after a change comes from one run, with its plans compared.
 
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
 ``git archive``, this bench run there against REF's code for the same cases), so before and after come from one

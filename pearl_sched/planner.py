@@ -347,7 +347,7 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
 
 
 def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:
-    """The ranker of ``PolicyConfig.rank_by_predict``, or None (the default: the surrogate ranks)."""
+    """The ranker of ``PolicyConfig.rank_by_predict`` (resolved by :func:`plan`), or None: the surrogate ranks."""
     return _PredictRanker(model, workload) if policy.rank_by_predict else None
 
 
@@ -396,6 +396,8 @@ def plan(
     resolved = backend if backend == _ENUMERATION else get_backend(backend).name  # fails early with the extra
     digest = input_digest(state, model, costs, policy, pstate, resolved)
     label = backend if backend != "auto" else f"auto:{resolved}"
+    if policy.rank_by_predict is None:  # the default, resolved once for every pass (they share the sizes)
+        policy = policy.model_copy(update={"rank_by_predict": state.worker_sizes is not None})
 
     classified: dict[int, tuple[ClusterState, _Classified]] = {}
 
@@ -1044,7 +1046,7 @@ def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
     Such a model predicts a configuration whose KV does not fit as slow (queueing, retraction, misses), not
     impossible; a model without a ``memory_aware`` attribute (PEARL's) keeps the constraint.
     """
-    return policy.rank_by_predict and getattr(model, "memory_aware", False) is True
+    return policy.rank_by_predict is True and getattr(model, "memory_aware", False) is True
 
 
 def _categorise(
