@@ -50,8 +50,7 @@ from pearl_sched.policies import (
     must_return,
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
-from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
-from pearl_sched.solvers.enumeration import ratio_sweep
+from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
