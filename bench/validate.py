@@ -11,7 +11,8 @@ Datasets:
   requests (:class:`Harness`: InferenceMAX's lengths in [0.8, 1] × ISL/OSL and 10 × C requests; fixed lengths where
   the client is not recorded). ``-kvbound``: rows whose ``concurrency × (ISL + OSL)`` exceeds that pool. Measured
   E2E is ``TTFT + (mean OSL − 1) × TPOT`` (the rows have no E2E column). ``tp_size`` recorded as TP × EP is read
-  back (:func:`parallelism`).
+  back (:func:`parallelism`). Rows whose deployment SGLang's defaults cannot start run with the launch flags its
+  public script set on the rows' date (:data:`RECORDED_LAUNCHES`, :func:`recorded_launch`).
 * the same datasets with ``mode=disagg``: the file's disaggregated SGLang rows whose deployment is recorded (worker
   counts and each role's parallelism, in the row or in its twin: :func:`deployment_twins`), replayed through
   :func:`pearl_sched.sim.replay.replay_disagg_closed_loop` (:func:`disagg_rows`); ``mode=agg+disagg`` lines give
@@ -52,7 +53,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ from pearl_sched.profiles.aic_engine import (
     large_ep_comm,
 )
 from pearl_sched.sim.replay import (
+    SGLANG_MAX_PREFILL_TOKENS,
     DisaggReplayResult,
     PDRole,
     ReplayError,
@@ -116,6 +118,323 @@ POOL_SOURCE_NOTES = {
     "aiconfigurator": "KV pool from aiconfigurator-core's estimate_kv_cache: the same budget less its activation,"
     " NCCL and runtime estimates",
 }
+
+
+@dataclass(frozen=True)
+class LaunchFlags:
+    """SGLang launch flags one engine role of a deployment ran with, read from its recorded launch script.
+
+    Only flags the script sets; None: SGLang's default (the replay's reading of rows without a record).
+    """
+
+    script: str
+    """Where the flags are recorded: repository, path, commit and date."""
+    mem_fraction_static: float
+    """``--mem-fraction-static``: the KV pool is SGLang's derivation at this fraction, not the default."""
+    kv_cache_dtype: str
+    """``--kv-cache-dtype`` as aiconfigurator names it (``fp8_e4m3`` → ``fp8``): the pool's bytes per token and
+    the attention's KV data; a script that sets none runs SGLang's ``auto`` (:data:`SGLANG_KV_DTYPE` for these
+    checkpoints)."""
+    chunked_prefill_size: int
+    """``--chunked-prefill-size``."""
+    max_prefill_tokens: int | None = None
+    """``--max-prefill-tokens`` (None: SGLang's 16,384)."""
+    max_running_requests: int | None = None
+    """``--max-running-requests`` (aggregated replay; the disaggregated replay has no cap and the recorded ones,
+    128–512 per engine, exceed every replayed row's concurrency per engine)."""
+    cuda_graph_max_bs: int | None = None
+    """``--cuda-graph-max-bs``: the captured decode batch sizes stop there."""
+    max_total_tokens: int | None = None
+    """``--max-total-tokens``: the pool is at most this many tokens (``profile_max_num_token`` takes the min)."""
+    layout: tuple[int, int, int | None, int | None] | None = None
+    """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
+    (None: as the row records)."""
+    search_space: tuple[tuple[int, int, int, int], ...] | None = None
+    """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
+    (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
+    row of the deployment)."""
+
+
+_DSR1_FP8_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh (TP=4 branch) at 12ba0ae07, 2026-03-25: the"
+    " commit that moved dsr1-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows' image and measurement time"
+)
+_SRT_SLURM_GB200_FP8_LOW_LATENCY = (
+    "srt-slurm recipes/gb200-fp8/1k1k/low-latency.yaml (branch sa-submission-q1-2026, named by InferenceX"
+    " dsr1-fp8-gb200-dynamo-sglang at 37f353be2, 2026-02-09; the same flags in NVIDIA/srt-slurm at f6754071,"
+    " 2026-02-05, and 5063eb43, 2026-03-03)"
+)
+_DYNAMO_GB200_FP8_1K1K_LOW_LATENCY = (
+    "ai-dynamo/dynamo examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/disagg/1k1k-low-latency.sh at"
+    " b7107d008 (2025-12-17), the commit InferenceX's dsr1_fp8_gb200_dynamo-sglang_slurm.sh pinned on 2025-12-21"
+    " (SCRIPT_MODE=1k1k-low-latency)"
+)
+_DSR1_FP8_B200_SH_TP8 = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b200.sh (TP=8 branch) at 12ba0ae07, 2026-03-25: the"
+    " commit that moved dsr1-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows' image and measurement time"
+)
+_DSR1_FP8_H200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_h200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp8-h200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
+_DSR1_FP4_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b200.sh at 12ba0ae07, 2026-03-25 (file as of"
+    " 64c20b6b5, 2026-03-11): the commit that moved dsr1-fp4-b200-sglang to lmsysorg/sglang:v0.5.9-cu130, the rows'"
+    " image and measurement time"
+)
+_DSR1_FP8_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp8_b300.sh (TP={} branch) at 5b302f147, 2026-04-17: the"
+    " commit that added dsr1-fp8-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
+_DSR1_FP4_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/dsr1_fp4_b300.sh at 9ebeafb4e, 2026-04-17: the commit that"
+    " added dsr1-fp4-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 and the script (unchanged until"
+    " 2026-05-12), the rows' image and measurement date"
+)
+_DSR1_FP8_B200_V056 = (
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200_docker.sh and dsr1_fp8_b200_slurm.sh (the same launch line)"
+    " at d27433dff, 2025-12-31 15:17:57 UTC: the commit that moved dsr1-fp8-b200-sglang to"
+    " lmsysorg/sglang:v0.5.6-cu129-amd64, the row's image; the row is measured 3 s later"
+)
+_TP4 = (4, 1, 4, 1)
+_TP8 = (8, 1, 8, 1)
+_ATTENTION_DP4 = (1, 4, 4, 1)
+_K1, _K8 = 1024, 8192
+_C4_64 = ((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 64))
+_dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence length
+    _DSR1_FP4_B200_SH,
+    mem_fraction_static=0.85,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+    max_running_requests=256,
+    cuda_graph_max_bs=256,
+)
+RECORDED_LAUNCHES: dict[
+    tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
+] = {
+    # dsr1-fp8-b200-sglang (InferenceX .github/configs/nvidia-master.yaml at 12ba0ae07: TP 8 / EP 1 at 1k/1k, 1k/8k
+    # C 4-64 and 8k/1k C 4; TP 4 / EP 1 at 8k/1k C 4-32). TP 8: MAX_RUNNING_REQUESTS=128,
+    # CUDA_GRAPH_MAX_BATCH_SIZE=128, MEM_FRAC_STATIC=0.82, CHUNKED_PREFILL_SIZE=MAX_PREFILL_TOKENS=32768. TP 4 (the
+    # script exits for any other ISL / OSL): 32, 32, 0.95, 8192 / 8192. Both --kv-cache-dtype fp8_e4m3. The dated
+    # exports also hold TP 8 rows outside that search space (C 128-512 at each length, C 8-64 at 8k/1k) which no
+    # config at that commit launched and which contradict its cap (1k/1k C 256: TTFT 2.1 s, TPOT rising from 28.7 ms
+    # at C 128 to 42.5 ms; 128 running requests would queue every other request for a whole ~40 s generation): no
+    # record for them.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                search_space=((_K8, _K1, 4, 32),),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_SH_TP8,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 4)),
+            ),
+        ),
+    },
+    # dsr1-fp8-b200-sglang at d27433dff (TP 8 / EP 1, C 4-64 at each length): one launch line, the later TP 8 branch
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.6-cu129-amd64", "2025-12-31"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B200_V056,
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=_C4_64,
+            ),
+        ),
+    },
+    # dsr1-fp8-h200-sglang (TP 8, no EP, C 4-64 at each length): --mem-fraction-static 0.82, --chunked-prefill-size /
+    # --max-prefill-tokens 32768, no --kv-cache-dtype (SGLang's auto: bf16); --max-running-requests and
+    # --cuda-graph-max-bs 512 at 1k/1k, 256 otherwise.
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=512,
+                cuda_graph_max_bs=512,
+                search_space=_C4_64[:1],
+            ),
+            LaunchFlags(
+                _DSR1_FP8_H200_SH,
+                mem_fraction_static=0.82,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=256,
+                cuda_graph_max_bs=256,
+                search_space=_C4_64[1:],
+            ),
+        ),
+    },
+    # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
+    # fp8_e4m3, --chunked-prefill-size 16384, --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
+        ("agg", (4, 1, 1, 4)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128))),
+        ),
+        ("agg", (8, 1, 1, 8)): (
+            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16))),
+        ),
+    },
+    # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
+    # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", _TP4): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(4),
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_prefill_tokens=8192,
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                search_space=((_K8, _K1, 4, 32),),
+            ),
+        ),
+        ("agg", _TP8): (
+            LaunchFlags(
+                _DSR1_FP8_B300_SH.format(8),
+                mem_fraction_static=0.82,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+                search_space=((_K1, _K1, 4, 64), (_K8, _K1, 4, 4)),
+            ),
+        ),
+    },
+    ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", layout): (
+            replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH, search_space=((_K1, _K1, 4, 128), (_K8, _K1, 4, last))),
+        )
+        for layout, last in (((4, 1, 1, 4), 128), ((8, 1, 1, 8), 16))
+    },
+    # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
+    ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
+        ("prefill", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+            ),
+        ),
+        ("decode", _TP4): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=128,
+                cuda_graph_max_bs=128,
+            ),
+        ),
+    },
+    # dsr1-fp8-gb200-dynamo-sglang "Bottom of curve": 1 prefill worker, 4 decode workers, one GB200 node (4 GPUs)
+    # each, C 2-128. The script launches each engine as --tensor-parallel-size 4 --data-parallel-size 1
+    # --expert-parallel-size 1 without --enable-dp-attention: TP 4. The rows record attention-DP 4 / MoE TP 4, read
+    # from the InferenceX config's tp / ep / dp-attn fields, which its own comment says "do nothing because they are
+    # hardcoded in" this script; the replay runs the layout the script launched.
+    ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
+        ("prefill", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                max_total_tokens=8192,
+                layout=_TP4,
+            ),
+        ),
+        ("decode", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=128,
+                layout=_TP4,
+            ),
+        ),
+    },
+}
+"""Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
+(:func:`launch_key`: architecture, GPU, precision, mode, container image, measurement date) and then by role and
+layout (TP, attention-DP, MoE TP, EP), the first whose :attr:`LaunchFlags.search_space` holds the row;
+docs/validation.md, "Rows replayed with their recorded launch flags". Each record is the script as it stood on the
+rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
+defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
+pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
+LAUNCHES: dict[int, LaunchFlags] = {}
+"""The recorded launch flags of each engine built here with them (by ``id(engine)``)."""
+
+
+def launch_key(row: dict[str, str]) -> tuple[str, ...] | None:
+    """What a row records of its deployment's launch: (architecture, GPU, precision, mode, image, measured date).
+
+    The image (``lmsysorg/sglang:…``) and the date (``measured=YYYY-MM-DD``) are in ``silicon_data_source`` of the
+    database dump and the dated exports; None for rows without both (the gap-analysis files). DeepSeek-R1 is read as
+    DeepSeek-V3 (:data:`SAME_ARCHITECTURE`: the dump names its R1 runs V3).
+    """
+    source = row["silicon_data_source"]
+    image = re.search(r"(lmsysorg/sglang:[^\s;]+)", source)
+    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
+    if image is None or measured is None:
+        return None
+    model = SAME_ARCHITECTURE.get(row["model_path"], row["model_path"])
+    return (model, row["system"], row["precision"], row["mode"], image.group(1), measured.group(1))
+
+
+def recorded_launch(
+    row: dict[str, str], role: str, layout: tuple[int, int, int | None, int | None]
+) -> LaunchFlags | None:
+    """The launch flags ``role`` (``agg``, ``prefill`` or ``decode``) at ``layout`` of the row's deployment ran with.
+
+    :data:`RECORDED_LAUNCHES` by :func:`launch_key` (for a disaggregated row, the row that records its deployment:
+    itself or its twin) and the row's ISL / OSL / C. None on aiconfigurator-core's pool source and for every deployment
+    without a record.
+    """
+    key = launch_key(row)
+    if POOL_SOURCE != "sglang" or key is None:
+        return None
+    for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
+        if launch.search_space is None:
+            return launch
+        isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
+        if any((isl, osl) == (i, o) and lo <= conc <= hi for i, o, lo, hi in launch.search_space):
+            return launch
+    return None
 
 
 @dataclass(frozen=True)
@@ -263,6 +582,7 @@ def _engine(
     layout: tuple[int, int, int | None, int | None] | None = None,
     phases: tuple[str, ...] = PHASES,
     harness: Harness | None = None,
+    launch: LaunchFlags | None = None,
 ) -> AicStepTimes | str:
     """The row's engine (or why there is none) at its parallelism, or at ``layout`` (TP, attention-DP, MoE TP, EP).
 
@@ -270,14 +590,18 @@ def _engine(
     (:func:`pearl_sched.profiles.aic_engine.large_ep_comm`). A large-EP engine takes aiconfigurator's KV and
     attention precisions (FP8 for DeepSeek-V3 on SGLang: its wide-EP MLA tables hold no other), not SGLang's bf16
     default, as aiconfigurator's own estimate of the row does. ``harness``: the row's benchmark client (what
-    ``--kv-dtype-from-scripts`` reads; default: :func:`harness_of` the row alone).
+    ``--kv-dtype-from-scripts`` reads; default: :func:`harness_of` the row alone). ``launch``: the deployment's recorded
+    launch flags (:func:`recorded_launch`): its KV dtype, and its pool at its ``--mem-fraction-static`` (capped at
+    ``--max-total-tokens``) instead of SGLang's default.
     """
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
     kv: str | None = script_kv_dtype(row, harness_of(row) if harness is None else harness)
+    if launch is not None:
+        kv = launch.kv_cache_dtype
     fmha: str | None = SGLANG_KV_DTYPE  # attention in bf16 (the engine has no FP8 context MLA data)
     key = (model, row["system"], row["gemm_quant_mode"] or None, row["moe_quant_mode"] or None, tp, adp, moe_tp, moe_ep)
-    key += (kv, phases)
+    key += (kv, phases, launch)
     if key not in cache:
         try:
             large_ep = large_ep_comm(
@@ -307,7 +631,12 @@ def _engine(
                 fmha_quant_mode=fmha,
                 phases=phases,
             )
-            POOLS[id(engine)] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
+            if launch is None:
+                POOLS[id(engine)] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
+            else:
+                pool = engine.kv_capacity_tokens(launch.mem_fraction_static, pool_source=POOL_SOURCE)
+                POOLS[id(engine)] = min(pool, launch.max_total_tokens or pool)
+                LAUNCHES[id(engine)] = launch
             if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
                 engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
@@ -326,7 +655,8 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
     ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
     default, for the rows whose launch flags are not recorded). Other models: the pool from :data:`POOL_SOURCE` and
-    SGLang's cap of 4,096.
+    SGLang's cap of 4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their
+    ``--max-running-requests``.
     """
     radix_off = harness is INFERENCEMAX
     key = (id(engine), radix_off, POOL_SOURCE)
@@ -336,7 +666,11 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
             _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
         else:
             _SERVER_MEMORY[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
-    return _SERVER_MEMORY[key]
+    pool, running = _SERVER_MEMORY[key]
+    launch = LAUNCHES.get(id(engine))
+    if launch is not None and launch.max_running_requests is not None:
+        running = min(running, launch.max_running_requests)
+    return pool, running
 
 
 @dataclass
@@ -359,10 +693,14 @@ def replay_aggregated(
 ) -> tuple[ReplayResult, int]:
     """One aggregated row on one SGLang server: its memory as the harness launched it, its clients as they sent.
 
+    An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens`` and
+    ``--cuda-graph-max-bs`` (``chunk`` is the caller's: the recorded ``--chunked-prefill-size``).
+
     Returns:
         The replay and the server's KV pool in tokens (what decides whether the row is KV-bound).
     """
     pool, running = server_memory(engine, harness)
+    launch = LAUNCHES.get(id(engine))
     res = replay_closed_loop(
         engine,
         isl=isl,
@@ -371,9 +709,12 @@ def replay_aggregated(
         pool_tokens=pool,
         max_running_requests=running,
         chunked_prefill_size=chunk,
+        max_prefill_tokens=(launch.max_prefill_tokens if launch else None) or SGLANG_MAX_PREFILL_TOKENS,
         rounds=harness.prompts_per_client,
         range_ratio=harness.range_ratio,
-        cuda_graph_bs=sglang_cuda_graph_batch_sizes(engine.gpu_memory_bytes(), engine.tp),
+        cuda_graph_bs=sglang_cuda_graph_batch_sizes(
+            engine.gpu_memory_bytes(), engine.tp, launch.cuda_graph_max_bs if launch is not None else None
+        ),
     )
     return res, pool
 
@@ -394,7 +735,8 @@ def silicon_rows(
     repeats: Collection[str] = frozenset(),
 ) -> tuple[list[Replayed], Counter[str], str]:
     """Replay every aggregated SGLang row the engine covers, each as its harness sent it (``repeats``:
-    :func:`harness_of`)."""
+    :func:`harness_of`) and with its deployment's recorded launch flags where there are any
+    (:func:`recorded_launch`)."""
     skipped: Counter[str] = Counter()
     out: list[Replayed] = []
     source = ""
@@ -402,12 +744,13 @@ def silicon_rows(
         if row["mode"] != "agg":
             continue
         harness = harness_of(row, repeats)
-        engine = _engine(row, cache, harness=harness)
+        launch = recorded_launch(row, "agg", parallelism(row)[:4])
+        engine = _engine(row, cache, harness=harness, launch=launch)
         if isinstance(engine, str):
             skipped[f"{row['model_path']} {row['system']} tp{row['tp_size']}: {engine}"] += 1
             continue
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
-        chunk = sglang_chunked_prefill_size(engine.gpu_memory_bytes())
+        chunk = launch.chunked_prefill_size if launch else sglang_chunked_prefill_size(engine.gpu_memory_bytes())
         try:
             res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
         except ReplayError as exc:
@@ -600,7 +943,8 @@ def disagg_rows(
     times and KV pool per rank, ``prefill_num_workers`` / ``decode_num_workers`` engines, the prompt's whole KV over
     each prefill rank's link, and the row's closed-loop concurrency sent as its harness sent it
     (:func:`pearl_sched.sim.replay.replay_disagg_closed_loop`). Rows without worker counts use the deployment of
-    their twin (:func:`deployment_twins`); the rest are not run (``validate-coverage`` says why).
+    their twin (:func:`deployment_twins`); the rest are not run (``validate-coverage`` says why). A deployment
+    whose launch script is recorded (:func:`recorded_launch`) runs each role with that script's flags.
     """
     twins = deployment_twins(rows)
     out: list[DisaggReplayed] = []
@@ -621,7 +965,9 @@ def disagg_rows(
         roles = []
         for role in ("prefill", "decode"):
             side = _side(deployment, role)
-            engine = _engine(deployment, cache, side, ROLE_PHASES[role], harness_of(deployment, repeats))
+            launch = recorded_launch(deployment, role, side)
+            layout = launch.layout if launch is not None and launch.layout is not None else side
+            engine = _engine(deployment, cache, layout, ROLE_PHASES[role], harness_of(deployment, repeats), launch)
             if isinstance(engine, str):
                 skipped[f"{row['model_path']} {row['system']} {role} {side}: {engine}"[:240]] += 1
                 break
@@ -633,8 +979,13 @@ def disagg_rows(
                     workers=int(deployment[f"{role}_num_workers"]),
                     ranks=engine.attention_dp,
                     pool_tokens=POOLS[id(engine)],
-                    chunked_prefill_size=sglang_chunked_prefill_size(gpu_memory),
-                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(gpu_memory, gpus),
+                    chunked_prefill_size=launch.chunked_prefill_size
+                    if launch
+                    else sglang_chunked_prefill_size(gpu_memory),
+                    max_prefill_tokens=(launch.max_prefill_tokens if launch else None) or SGLANG_MAX_PREFILL_TOKENS,
+                    cuda_graph_bs=sglang_cuda_graph_batch_sizes(
+                        gpu_memory, gpus, launch.cuda_graph_max_bs if launch else None
+                    ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
                 )
@@ -993,6 +1344,38 @@ def mape_lines(rows: list[Row]) -> list[str]:
     return lines
 
 
+def launch_note_lines(replayed: list[Replayed], disagg: list[DisaggReplayed]) -> list[str]:
+    """``validate-note`` lines naming the replayed rows that ran with recorded launch flags, by mode and script."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for item in replayed:
+        launch = LAUNCHES.get(id(item.engine))
+        if launch is not None:
+            counts["agg", launch.script, _describe_flags(launch)] += 1
+    for d in disagg:
+        flags = [LAUNCHES.get(id(role.steps)) for role in d.roles or ()]
+        recorded = [f for f in flags if f is not None]
+        if recorded:
+            named = zip(("prefill", "decode"), flags, strict=True)
+            roles = "; ".join(f"{name}: {_describe_flags(f)}" for name, f in named if f)
+            counts["disagg", recorded[0].script, roles] += 1
+    return [
+        f"validate-note dataset=silicon-sglang mode={mode} rows={n} launch_flags=recorded ({flags}) source={script}"
+        for (mode, script, flags), n in sorted(counts.items())
+    ]
+
+
+def _describe_flags(launch: LaunchFlags) -> str:
+    parts = [f"mem_fraction_static {launch.mem_fraction_static}", f"kv {launch.kv_cache_dtype}"]
+    parts.append(f"chunked_prefill_size {launch.chunked_prefill_size}")
+    if launch.layout is not None:
+        parts.insert(0, "layout tp{} attention_dp{} moe_tp{} ep{} (the row records another)".format(*launch.layout))
+    for name in ("max_prefill_tokens", "max_running_requests", "cuda_graph_max_bs", "max_total_tokens"):
+        value = getattr(launch, name)
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None, help="only the first N SGLang rows (smoke runs)")
@@ -1089,6 +1472,8 @@ def main(argv: list[str] | None = None) -> int:
         f"validate-note dataset=silicon-sglang rows={len(repeats)} gap-analysis rows that repeat an"
         " InferenceMAX measurement, replayed as InferenceMAX runs"
     )
+    for line in launch_note_lines(replayed, disagg):
+        print(line)
     corrected = sum(item.tp_corrected for item in replayed)
     print(f"validate-note dataset=silicon-sglang rows={corrected} tp_size recorded as TP x EP, read as TP")
     for reason, n in skipped.most_common():

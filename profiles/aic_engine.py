@@ -326,6 +326,57 @@ def sglang_hybrid_pool(
     return HybridPool(kv_tokens=kv_tokens, state_slots=slots, max_running_requests=cap)
 
 
+def _hf_config(model_id: str) -> dict[str, Any]:
+    """The model's HuggingFace ``config.json`` as aiconfigurator-core ships it (``model_configs/``)."""
+    import json
+
+    path = _package_root() / "model_configs" / f"{model_id.replace('/', '--')}_config.json"
+    if not path.is_file():
+        raise AicCoverageError(f"aiconfigurator-core {aic_version()} ships no config for {model_id} ({path.name})")
+    config: dict[str, Any] = json.loads(path.read_text())
+    return config
+
+
+def deepseek_weight_correction(
+    op_bytes: dict[str, float], config: dict[str, Any], *, tp: int, attention_dp: int
+) -> float:
+    """Bytes per GPU that aiconfigurator-core's DeepSeek-V3 model counts beyond what SGLang loads.
+
+    The rule is :meth:`AicStepTimes.sglang_weights_bytes`'s.
+
+    Args:
+        op_bytes: weights per GPU of each of aiconfigurator's context ops, by op name (``context_moe``,
+            ``context_shared_gate_up_gemm``, ``context_shared_ffn2_gemm``, ``context_router_gemm``,
+            ``context_embedding``; each counted over all ``num_hidden_layers`` layers).
+        config: the model's HuggingFace config (``num_hidden_layers``, ``first_k_dense_replace``, ``moe_layer_freq``,
+            ``intermediate_size``, ``moe_intermediate_size``, ``n_shared_experts``).
+        tp: the engine's attention TP.
+        attention_dp: the engine's attention-DP size (SGLang's ``--dp-size`` with ``--enable-dp-attention``).
+
+    Returns:
+        The bytes to take off aiconfigurator's count (negative would mean it counts less).
+
+    Raises:
+        AicCoverageError: a config whose MoE layers are not the layers from ``first_k_dense_replace`` on.
+    """
+    layers = int(config["num_hidden_layers"])
+    dense = int(config.get("first_k_dense_replace") or 0)
+    if int(config.get("moe_layer_freq") or 1) != 1:
+        raise AicCoverageError(
+            "deepseek_weight_correction models moe_layer_freq 1 only (every layer after the dense ones)"
+        )
+    moe_only = sum(
+        op_bytes.get(name, 0.0)
+        for name in ("context_moe", "context_shared_gate_up_gemm", "context_shared_ffn2_gemm", "context_router_gemm")
+    )
+    shared = op_bytes.get("context_shared_gate_up_gemm", 0.0) + op_bytes.get("context_shared_ffn2_gemm", 0.0)
+    width = int(config["intermediate_size"]) / (int(config["moe_intermediate_size"]) * int(config["n_shared_experts"]))
+    dense_mlp = shared / layers * dense * width / attention_dp
+    embedding = op_bytes.get("context_embedding", 0.0)
+    unsharded_embedding = embedding * (1 - 1 / tp) if attention_dp == 1 else 0.0
+    return moe_only * dense / layers - dense_mlp + unsharded_embedding
+
+
 @dataclass
 class StepTimeCalibration:
     """Online correction of predicted step times from observed ones: ``observed ≈ scale × predicted + overhead_s``.
@@ -731,21 +782,52 @@ class AicStepTimes:
         if self.backend != "sglang":
             raise AicCoverageError("the sglang KV pool source models SGLang's pool only")
         memory = self.memory_breakdown()
+        weights = self.sglang_weights_bytes()
         fraction = self.sglang_mem_fraction_static() if mem_fraction_static is None else mem_fraction_static
         try:
             kv_pool_tokens(
                 gpu_memory_bytes=memory.gpu_memory_bytes,
                 tp=1,
-                weights_bytes=memory.weights_bytes,
+                weights_bytes=weights,
                 kv_bytes_per_token=memory.kv_bytes_per_token,
                 mem_fraction_static=fraction,
             )
         except ValueError:
             raise AicCoverageError(
-                f"no KV pool at SGLang's mem_fraction_static {fraction}: weights {memory.weights_bytes / 2**30:.1f} "
+                f"no KV pool at SGLang's mem_fraction_static {fraction}: weights {weights / 2**30:.1f} "
                 f"GiB per GPU > {memory.gpu_memory_bytes * fraction / 2**30:.1f} GiB"
             ) from None
-        return memory.gpu_memory_bytes * fraction - memory.weights_bytes
+        return memory.gpu_memory_bytes * fraction - weights
+
+    def sglang_weights_bytes(self) -> float:
+        """One GPU's weights as SGLang loads them: aiconfigurator-core's count, corrected where its model differs.
+
+        aiconfigurator-core 0.12.0's DeepSeek-V3 model (``sdk/models/deepseek.py``, family ``DEEPSEEK``: DeepSeek-V3
+        and R1) prices every one of ``num_hidden_layers`` layers as an MoE layer and counts the token embedding
+        unsharded. The model's own config (``config.json`` of the HuggingFace checkpoint, as aiconfigurator-core ships
+        it in ``model_configs/``) makes the first ``first_k_dense_replace`` layers dense MLPs of ``intermediate_size``
+        (SGLang's ``DeepseekV2DecoderLayer``: ``is_layer_sparse`` only from that layer on), and SGLang shards the
+        embedding over every GPU of the engine unless attention-DP is on (``VocabParallelEmbedding(...,
+        enable_tp=not is_dp_attention_enabled())`` in ``DeepseekV2Model``). So, per GPU
+        (:func:`deepseek_weight_correction`):
+
+        * the routed experts, the shared experts and the router are counted for the MoE layers only (× moe / all
+          layers);
+        * each dense layer's MLP is its shared-expert GEMMs' bytes × ``intermediate_size / (moe_intermediate_size ×
+          n_shared_experts)`` (the same GEMMs at the dense width, at the GEMMs' own precision), sharded over every GPU
+          as SGLang's default ``DeepseekV2MLP`` is (aiconfigurator shards shared experts by the attention TP);
+        * the embedding is divided by the engine's TP when attention-DP is off.
+
+        Other models: aiconfigurator-core's count unchanged. The ``aiconfigurator`` pool source never uses this.
+        """
+        memory = self.memory_breakdown()
+        model = self._aic_model()
+        if model.model_family != "DEEPSEEK":
+            return memory.weights_bytes
+        op_bytes = {op._name: float(op.get_weights()) for op in model.context_ops}
+        return memory.weights_bytes - deepseek_weight_correction(
+            op_bytes, _hf_config(self.model_id), tp=self.tp, attention_dp=self.attention_dp
+        )
 
     def memory_breakdown(self) -> MemoryBreakdown:
         """One GPU's memory as aiconfigurator-core's SGLang/vLLM memory model counts it (what its estimate subtracts).

@@ -379,7 +379,14 @@ def test_sglang_pool_of_an_attention_dp_decode_engine_by_hand() -> None:
     fraction = _sglang_fraction_by_hand(memory.gpu_memory_bytes / 2**20, tp=32, chunk=16384, graphs=512, dp=32)
     assert fraction == 0.451 == engine.sglang_mem_fraction_static()
     assert memory.kv_bytes_per_token == (512 + 64) * 61 * 2  # MLA latent + rope key, 61 layers, bf16
-    by_hand = int((memory.gpu_memory_bytes * fraction - memory.weights_bytes) // memory.kv_bytes_per_token)
+    # SGLang loads 3 dense layers where aiconfigurator counts MoE ones: per GPU, the 3 layers' routed experts (MoE TP
+    # 32, FP8), shared expert (aiconfigurator: attention TP 1, FP8) and bf16 router come off, their dense MLPs
+    # (FP8, sharded over the 32 GPUs) go on; the embedding stays whole with attention-DP
+    h = 7168
+    extra = 3 * (256 * 3 * h * 2048 / 32 + 3 * h * 2048 + 256 * h * 2) - 3 * 3 * h * 18432 / 32
+    assert engine.sglang_weights_bytes() == pytest.approx(memory.weights_bytes - extra, rel=1e-6)
+    weights = memory.weights_bytes - extra
+    by_hand = int((memory.gpu_memory_bytes * fraction - weights) // memory.kv_bytes_per_token)
     assert engine.kv_capacity_tokens(pool_source="sglang") == by_hand > 500_000
     # aiconfigurator-core's MoE dispatch workspace grows with attention-DP x experts x top-k / EP: > 100 GiB here
     assert memory.activations_bytes > 100 * 2**30
@@ -398,7 +405,7 @@ def test_a_layout_whose_weights_exceed_sglangs_fraction_is_refused_with_one_line
         engine.kv_capacity_tokens(pool_source="sglang")
     message = str(refused.value)
     assert "\n" not in message
-    assert message == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
+    assert message == "no KV pool at SGLang's mem_fraction_static 0.856: weights 157.5 GiB per GPU > 154.1 GiB"
     with pytest.raises(AicCoverageError, match="unknown KV pool source 'vllm'"):
         engine.kv_capacity_tokens(pool_source="vllm")
 
@@ -409,3 +416,50 @@ def test_the_pool_sources_differ_only_by_what_aiconfigurator_adds(qwen8b: AicSte
     extra = memory.activations_bytes + memory.nccl_bytes + memory.others_bytes
     gap = qwen8b.kv_capacity_tokens(pool_source="sglang") - qwen8b.kv_capacity_tokens(pool_source="aiconfigurator")
     assert gap == pytest.approx(extra / memory.kv_bytes_per_token, abs=1)
+
+
+def _deepseek_v3_weights_by_hand(tp: int) -> float:
+    """DeepSeek-V3 FP8 on one GPU of a plain-TP SGLang engine, from its config.json (bytes; norms left out).
+
+    hidden 7,168, 61 layers of which the first 3 (``first_k_dense_replace``) are dense MLPs of 18,432; the other 58
+    hold 256 routed experts and 1 shared expert of 2,048 and a bf16 router; MLA with q_lora_rank 1,536, kv_lora_rank
+    512, 128 heads of 128 (+64 rope) query/key and 128 value dims; vocab 129,280, untied bf16 embedding and head.
+    FP8 weights: 1 byte; q_a / kv_a projections replicated, the rest sharded over ``tp`` GPUs, as SGLang loads them.
+    """
+    h, layers, dense = 7168, 61, 3
+    moe = layers - dense
+    attention = h * 1536 + h * (512 + 64) + (1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * h) / tp
+    experts = moe * (256 + 1) * 3 * h * 2048 / tp
+    router = moe * 256 * h * 2
+    dense_mlp = dense * 3 * h * 18432 / tp
+    embedding_and_head = 2 * 129280 * h * 2 / tp  # VocabParallelEmbedding and ParallelLMHead: sharded
+    return layers * attention + experts + router + dense_mlp + embedding_and_head
+
+
+@pytest.mark.parametrize("tp", [4, 8])
+def test_deepseek_v3_weights_as_sglang_loads_them_by_hand(tp: int) -> None:
+    engine = AicStepTimes(
+        "deepseek-ai/DeepSeek-V3", "b200_sxm", tp=tp, gemm_quant_mode="fp8", moe_quant_mode="fp8_block",
+        kvcache_quant_mode="bfloat16", fmha_quant_mode="bfloat16",
+    )  # fmt: skip
+    assert engine.sglang_weights_bytes() == pytest.approx(_deepseek_v3_weights_by_hand(tp), rel=1e-4)
+    # aiconfigurator-core's own count (all 61 layers MoE, the embedding unsharded) is what its estimate keeps using
+    assert engine.memory_breakdown().weights_bytes - engine.sglang_weights_bytes() > 5 * 2**30
+    # at TP 8: 79.3 GiB per GPU (one measured DeepSeek-R1 load at TP 8, under vLLM: 79.41 GiB; aiconfigurator 84.6)
+    if tp == 8:
+        assert engine.sglang_weights_bytes() / 2**30 == pytest.approx(79.27, abs=0.01)
+    budget = engine.gpu_memory_bytes() * engine.sglang_mem_fraction_static()
+    per_token = engine.memory_breakdown().kv_bytes_per_token
+    if budget > _deepseek_v3_weights_by_hand(tp):
+        expected = (budget - _deepseek_v3_weights_by_hand(tp)) // per_token
+        assert engine.kv_capacity_tokens(pool_source="sglang") == pytest.approx(expected, rel=1e-3)
+    else:  # TP 4 on B200: 157.5 GiB of weights against SGLang's default budget of 154.1 GiB
+        with pytest.raises(AicCoverageError, match=r"weights 157\.5 GiB per GPU > 154\.1 GiB"):
+            engine.kv_capacity_tokens(pool_source="sglang")
+        # at the 0.95 InferenceX's dsr1_fp8_b200.sh passes for TP 4 there is room
+        expected = (engine.gpu_memory_bytes() * 0.95 - _deepseek_v3_weights_by_hand(tp)) // per_token
+        assert engine.kv_capacity_tokens(0.95, pool_source="sglang") == pytest.approx(expected, rel=1e-3)
+
+
+def test_other_models_keep_aiconfigurators_weight_count(qwen8b: AicStepTimes) -> None:
+    assert qwen8b.sglang_weights_bytes() == qwen8b.memory_breakdown().weights_bytes

@@ -233,6 +233,8 @@ def test_sglang_cuda_graph_sizes() -> None:
     b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
     assert b200[-1] == 256 and 24 in b200 and 12 not in b200
     assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB
+    # a launch's --cuda-graph-max-bs 32 (InferenceX dsr1_fp8_b200.sh at TP 4): the default list stops there
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 32) == (1, 2, 4, 8, 16, 24, 32)
 
 
 # -- disaggregated (PD) replay --------------------------------------------------------------------------------------

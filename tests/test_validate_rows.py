@@ -337,5 +337,188 @@ def test_the_issues_kv_bound_example_runs_on_sglangs_pool_and_not_on_aiconfigura
 def test_a_row_sglang_could_not_start_keeps_one_clear_reason() -> None:
     # DeepSeek-R1 FP8 on 4 x B200: the weights exceed SGLang's default fraction (InferenceX's dsr1_fp8_b200.sh runs
     # TP 4 with --mem-fraction-static 0.95, which the row does not record)
-    reason = validate._engine(_agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block"), {})
-    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 166.4 GiB per GPU > 154.1 GiB"
+    row = _agg_row("deepseek-ai/DeepSeek-R1", "b200_sxm", "4", "fp8", "fp8_block")  # no image / date: no record
+    assert validate.recorded_launch(row, "agg", validate.parallelism(row)[:4]) is None
+    reason = validate._engine(row, {})
+    assert reason == "no KV pool at SGLang's mem_fraction_static 0.856: weights 157.5 GiB per GPU > 154.1 GiB"
+
+
+def _silicon_row(row_id: str) -> dict[str, str]:
+    (row,) = [r for r in validate.sglang_silicon_rows() if r["id"] == row_id]
+    return row
+
+
+def test_a_row_whose_launch_script_is_recorded_replays_with_its_flags() -> None:
+    # DeepSeek-R1 FP8, TP 4 on B200, measured 2026-03-25 on lmsysorg/sglang:v0.5.9-cu130: InferenceX's
+    # dsr1_fp8_b200.sh at that date runs TP 4 with --mem-fraction-static 0.95, --kv-cache-dtype fp8_e4m3,
+    # --max-running-requests 32, --cuda-graph-max-bs 32, --chunked-prefill-size / --max-prefill-tokens 8192
+    dump = _silicon_row("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271")
+    export = _silicon_row("2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c32_tp4_0_ep1_0_286")
+    layout = validate.parallelism(dump)[:4]
+    launch = validate.recorded_launch(dump, "agg", layout)
+    assert launch is not None and launch is validate.recorded_launch(export, "agg", layout)  # no dump twin needed
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests) == (0.95, "fp8", 32)
+    assert "dsr1_fp8_b200.sh" in launch.script
+    engine = validate._engine(dump, {}, launch=launch)
+    assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
+    per_token = engine.memory_breakdown().kv_bytes_per_token
+    assert per_token == (512 + 64) * 61  # FP8 MLA latent + rope key
+    expected = (engine.gpu_memory_bytes() * 0.95 - engine.sglang_weights_bytes()) // per_token
+    assert validate.POOLS[id(engine)] == expected > 400_000
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (expected, 32)
+    # the same row at SGLang's defaults is the refusal SGLang itself would give
+    assert isinstance(validate._engine(dump, {}), str)
+    # another date, another script version: no record
+    other = {**dump, "silicon_data_source": dump["silicon_data_source"].replace("2026-03-25", "2026-03-28")}
+    assert validate.recorded_launch(other, "agg", layout) is None
+    # aiconfigurator-core's pool source reproduces the previous rounds: no recorded flags there
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recorded_launch(dump, "agg", layout) is None
+    finally:
+        validate.set_pool_source("sglang")
+
+
+def test_disaggregated_rows_run_with_their_recipes_flags_and_the_layout_their_script_launched() -> None:
+    # config 227 (GB200, SGLang 0.5.5.post2, 2025-12-21): the rows record attention-DP 4 / MoE TP 4, the pinned
+    # dynamo script launches --tensor-parallel-size 4 without --enable-dp-attention; config 502 (2026-02-09): TP 4
+    # as recorded. Both at --mem-fraction-static 0.95 with FP8 KV; the prefill engines at --max-total-tokens 8192
+    rows = [r for r in validate.sglang_silicon_rows() if r["id"].endswith(("_c16_cfg227", "_c4_cfg502"))]
+    assert len(rows) == 2
+    disagg, skipped = validate.disagg_rows(rows, {})
+    assert not skipped and len(disagg) == 2
+    for item in disagg:
+        assert item.roles is not None
+        prefill, decode = item.roles
+        for role in (prefill, decode):
+            assert isinstance(role.steps, AicStepTimes)
+            assert (role.steps.tp, role.steps.attention_dp, role.steps.kvcache_quant_mode) == (4, 1, "fp8")
+            assert role.chunked_prefill_size == 8192 and role.cuda_graph_bs[-1] == 128
+        assert prefill.pool_tokens == 8192  # --max-total-tokens
+        steps = decode.steps
+        assert isinstance(steps, AicStepTimes)
+        per_token = steps.memory_breakdown().kv_bytes_per_token
+        expected = (steps.gpu_memory_bytes() * 0.95 - steps.sglang_weights_bytes()) // per_token
+        assert decode.pool_tokens == expected
+        assert decode.workers == (4 if "cfg227" in item.row.row_id else 1)
+    notes = validate.launch_note_lines([], disagg)
+    assert len(notes) == 2 and all("launch_flags=recorded" in n and "rows=1" in n for n in notes)
+    assert any("layout tp4 attention_dp1" in n and "1k1k-low-latency.sh" in n for n in notes)
+
+
+def _rows_where(system: str, precision: str, layout: tuple[int, int, int | None, int | None]) -> list[dict[str, str]]:
+    return [
+        r
+        for r in validate.sglang_silicon_rows()
+        if r["mode"] == "agg"
+        and (r["system"], r["precision"]) == (system, precision)
+        and validate.parallelism(r)[:4] == layout
+        and "measured=2026-03-25" in r["silicon_data_source"]
+        and "v0.5.9-cu130" in r["silicon_data_source"]
+    ]
+
+
+def test_the_tp8_rows_of_the_same_commit_replay_with_the_scripts_tp8_branch() -> None:
+    # InferenceX 12ba0ae07 (2026-03-25) moved dsr1-fp8-b200-sglang to v0.5.9-cu130; its dsr1_fp8_b200.sh TP=8 branch:
+    # MEM_FRAC_STATIC=0.82, --kv-cache-dtype fp8_e4m3, MAX_RUNNING_REQUESTS=CUDA_GRAPH_MAX_BATCH_SIZE=128,
+    # CHUNKED_PREFILL_SIZE=MAX_PREFILL_TOKENS=32768, at every ISL / OSL
+    # at the runs its config launched (1k/1k and 1k/8k C 4-64, 8k/1k C 4); the exports' TP 8 rows at other C ran
+    # without that cap (1k/1k C 256: TTFT 2.1 s, where 128 running requests would queue half the clients ~40 s)
+    rows = _rows_where("b200_sxm", "fp8", (8, 1, 8, 1))
+    assert len(rows) == 69
+    tied = [r for r in rows if validate.recorded_launch(r, "agg", (8, 1, 8, 1)) is not None]
+    in_config = [r for r in rows if int(float(r["batch_size"])) <= (4 if r["isl"] == "8192" else 64)]
+    assert tied == in_config and len(tied) == 43
+    launches = {id(validate.recorded_launch(r, "agg", (8, 1, 8, 1))) for r in tied}
+    assert len(launches) == 1
+    launch = validate.recorded_launch(tied[0], "agg", (8, 1, 8, 1))
+    assert launch is not None and "dsr1_fp8_b200.sh (TP=8 branch) at 12ba0ae07" in launch.script
+    flags = (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests, launch.cuda_graph_max_bs)
+    assert flags == (0.82, "fp8", 128, 128)
+    assert (launch.chunked_prefill_size, launch.max_prefill_tokens, launch.layout) == (32768, 32768, None)
+    # the one row measured on v0.5.6 (2025-12-31, 3 s after d27433dff set that image): the same launch line then
+    (early,) = [r for r in validate.sglang_silicon_rows() if "measured=2025-12-31" in r["silicon_data_source"]]
+    before = validate.recorded_launch(early, "agg", (8, 1, 8, 1))
+    assert before is not None and "d27433dff" in before.script and before is not launch
+    same = {k: v for k, v in vars(launch).items() if k not in ("script", "search_space")}
+    assert {k: v for k, v in vars(before).items() if k not in ("script", "search_space")} == same
+    (row,) = [r for r in rows if r["id"] == "dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg87"]
+    engine = validate._engine(row, {}, launch=launch)
+    assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
+    per_token = engine.memory_breakdown().kv_bytes_per_token
+    expected = (engine.gpu_memory_bytes() * 0.82 - engine.sglang_weights_bytes()) // per_token
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (expected, 128)
+
+
+def test_a_script_branch_with_lengths_applies_to_those_lengths_only() -> None:
+    # dsr1_fp8_b200.sh exits at TP 4 unless ISL / OSL = 8192 / 1024: no record for a TP 4 row of other lengths
+    dump = _silicon_row("dsr1_b200_sglang_fp8_agg_8192x1024_c4_cfg271")
+    assert validate.recorded_launch(dump, "agg", (4, 1, 4, 1)) is not None
+    assert validate.recorded_launch({**dump, "isl": "1024"}, "agg", (4, 1, 4, 1)) is None
+    # dsr1_fp8_h200.sh: --max-running-requests / --cuda-graph-max-bs 512 at 1k / 1k, 256 otherwise; no
+    # --kv-cache-dtype (SGLang's auto: bf16); 0.82 and 32,768-token chunks in both branches
+    rows = _rows_where("h200_sxm", "fp8", (8, 1, 8, 1))
+    assert len(rows) == 45
+    caps = {}
+    for r in rows:
+        launch = validate.recorded_launch(r, "agg", (8, 1, 8, 1))
+        assert launch is not None and "dsr1_fp8_h200.sh at 12ba0ae07" in launch.script
+        assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size) == (
+            0.82,
+            validate.SGLANG_KV_DTYPE,
+            32768,
+        )
+        assert launch.max_running_requests == launch.cuda_graph_max_bs
+        caps.setdefault((r["isl"], r["osl"]), set()).add(launch.max_running_requests)
+    assert caps == {("1024", "1024"): {512}, ("1024", "8192"): {256}, ("8192", "1024"): {256}}
+
+
+def test_the_fp4_rows_of_the_same_commit_replay_with_their_script_at_the_layout_they_record() -> None:
+    # 12ba0ae07 moved dsr1-fp4-b200-sglang (TP 4 / EP 4, TP 8 / EP 8) to v0.5.9-cu130 too; dsr1_fp4_b200.sh has one
+    # launch line: --mem-fraction-static 0.85, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size 16384,
+    # --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE
+    for layout, count in (((4, 1, 1, 4), 46), ((8, 1, 1, 8), 38)):
+        rows = _rows_where("b200_sxm", "fp4", layout)
+        assert len(rows) == count
+        for r in rows:
+            launch = validate.recorded_launch(r, "agg", layout)
+            assert launch is not None and "dsr1_fp4_b200.sh at 12ba0ae07" in launch.script
+            assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size) == (
+                0.85,
+                "fp8",
+                16384,
+            )
+            assert (launch.max_running_requests, launch.cuda_graph_max_bs, launch.layout) == (256, 256, None)
+    # a later image on the same deployment: no record
+    (row,) = _rows_where("b200_sxm", "fp4", (4, 1, 1, 4))[:1]
+    later = {**row, "silicon_data_source": row["silicon_data_source"].replace("v0.5.9-cu130", "v0.5.10-cu130")}
+    assert validate.recorded_launch(later, "agg", (4, 1, 1, 4)) is None
+
+
+def test_the_b300_deepseek_rows_replay_with_the_scripts_added_with_their_configs() -> None:
+    # InferenceX 5b302f147 / 9ebeafb4e (2026-04-17) added dsr1-fp8-b300-sglang / dsr1-fp4-b300-sglang on
+    # lmsysorg/sglang:v0.5.10.post1-cu130 with their scripts: the B200 scripts' flags (TP 8: 0.82, 128, 32,768;
+    # TP 4 at 8k/1k only: 0.95, 32, 8,192; FP4: 0.85, 256, 16,384; FP8 KV everywhere)
+    rows = [
+        r
+        for r in validate.sglang_silicon_rows()
+        if r["system"] == "b300_sxm" and r["model_path"].startswith("deepseek-ai/") and r["mode"] == "agg"
+    ]
+    seen = {}
+    for r in rows:
+        layout = validate.parallelism(r)[:4]
+        launch = validate.recorded_launch(r, "agg", layout)
+        assert launch is not None and launch.kv_cache_dtype == "fp8"
+        seen[r["precision"], layout] = (
+            launch.mem_fraction_static,
+            launch.max_running_requests,
+            launch.chunked_prefill_size,
+        )
+        assert ("dsr1_fp8_b300.sh" if r["precision"] == "fp8" else "dsr1_fp4_b300.sh") in launch.script
+    assert seen == {
+        ("fp8", (8, 1, 8, 1)): (0.82, 128, 32768),
+        ("fp8", (4, 1, 4, 1)): (0.95, 32, 8192),
+        ("fp4", (4, 1, 1, 4)): (0.85, 256, 16384),
+        ("fp4", (8, 1, 1, 8)): (0.85, 256, 16384),
+    }
+    assert len(rows) == 31

@@ -66,22 +66,29 @@ class ReplayError(PearlSchedError, ValueError):
     """A benchmark row that cannot be replayed (one request does not fit the pool, bad sizes)."""
 
 
+SGLANG_MAX_PREFILL_TOKENS = 16384
+"""SGLang's default ``--max-prefill-tokens``."""
+
+
 def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
     """SGLang's default ``chunked_prefill_size`` by GPU memory (``memory.default_chunked_prefill_size``)."""
     return default_chunked_prefill_size(gpu_memory_bytes)
 
 
-def sglang_cuda_graph_batch_sizes(gpu_memory_bytes: float, tp: int) -> tuple[int, ...]:
+def sglang_cuda_graph_batch_sizes(
+    gpu_memory_bytes: float, tp: int, cuda_graph_max_bs: int | None = None
+) -> tuple[int, ...]:
     """SGLang 0.5's default decode CUDA-graph batch sizes (``cuda_graph_runner.get_batch_sizes_to_capture``).
 
-    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at the default
-    ``--cuda-graph-max-bs`` (:func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`). A larger decode batch runs
-    without a graph, unpadded.
+    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at
+    ``cuda_graph_max_bs`` (a launch's ``--cuda-graph-max-bs``; None: the default,
+    :func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`; a cap above the list adds no sizes here). A larger
+    decode batch runs without a graph, unpadded.
     """
     sizes = [1, 2, 4, 8, *range(16, 161, 8)]
     if gpu_memory_bytes > 96 * 2**30:
         sizes += list(range(168, 257, 8))
-    cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp)
+    cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
     return tuple(size for size in sizes if size <= cap)
 
 
