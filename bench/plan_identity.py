@@ -12,14 +12,15 @@ States: bench/plan_latency.py's clusters at 16, 64, 256 and 1,024 GPUs (one and 
 sizes), at preemption hazards 0 and 2e-4/s, on the default backend and PEARL's enumeration; the three requests of
 examples/; 600 random states of the planner's property test (tests/plan_states.py) and 400 random states with
 worker sizes (tests/test_worker_sizes_properties.py), seeded. ``--quick`` plans fewer (up to 256 GPUs, 150 and
-100 random states). Output::
+100 random states). ``--rank-by-predict`` plans every state with ``PolicyConfig(rank_by_predict=True)``, in both
+trees (docs/formulation.md, "Ranking by predict"). Output::
 
     plan_identity ref=<REF> plans=<N> same=<n> strict_same=<n>
     plan_identity differs <state> worktree=<fp> ref=<fp>      (one line per plan that differs)
 
 ``strict_same`` counts plans whose whole ``Plan.fingerprint()`` (solves and rounds included) is equal too.
 
-Usage: python bench/plan_identity.py --compare REF [--quick]
+Usage: python bench/plan_identity.py --compare REF [--quick] [--rank-by-predict]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 import plan_latency as bench
 
 from pearl_sched import InfeasiblePlanError, PearlMakespanModel, PolicyState, plan
+from pearl_sched.config import PolicyConfig
 from pearl_sched.makespan import MakespanModel
 from pearl_sched.request import PlanRequest
 from pearl_sched.shared_data import DATA_ENV, default_data
@@ -53,11 +55,19 @@ from tests.test_worker_sizes_properties import random_sized_state
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fingerprints(quick: bool) -> dict[str, list[str]]:
-    """State name → [plan fingerprint less the solver's bookkeeping, full fingerprint] (or the refusal)."""
+def fingerprints(quick: bool, rank_by_predict: bool = False) -> dict[str, list[str]]:
+    """State name → [plan fingerprint less the solver's bookkeeping, full fingerprint] (or the refusal).
+
+    With ``rank_by_predict`` every state is planned with ``PolicyConfig(rank_by_predict=True)`` (an example's own
+    policy with it set).
+    """
     out: dict[str, list[str]] = {}
 
     def run(name: str, state: ClusterState, model: MakespanModel, **options: object) -> None:
+        if rank_by_predict:
+            given = options.get("policy")
+            policy = given if isinstance(given, PolicyConfig) else PolicyConfig()
+            options["policy"] = policy.model_copy(update={"rank_by_predict": True})
         try:
             result = plan(state, model, **options)  # type: ignore[arg-type]
         except InfeasiblePlanError as exc:
@@ -111,10 +121,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--compare", metavar="REF", help="the git revision to compare with")
     parser.add_argument("--quick", action="store_true", help="fewer states (module docstring)")
+    parser.add_argument(
+        "--rank-by-predict", action="store_true", help="plan every state with PolicyConfig(rank_by_predict=True)"
+    )
     parser.add_argument("--emit", metavar="PATH", help=argparse.SUPPRESS)  # inside REF's tree: write and stop
     args = parser.parse_args()
     if args.emit:
-        Path(args.emit).write_text(json.dumps(fingerprints(args.quick)))
+        Path(args.emit).write_text(json.dumps(fingerprints(args.quick, args.rank_by_predict)))
         return
     if not args.compare:
         parser.error("--compare REF is required")
@@ -125,14 +138,17 @@ def main() -> None:
         command = [sys.executable, str(tree / "bench" / "plan_identity.py"), "--emit", str(emitted)]
         env = {**os.environ, DATA_ENV: str(default_data())}
         try:
-            subprocess.run(command + (["--quick"] if args.quick else []), cwd=tree, env=env, check=True)
+            options = (["--quick"] if args.quick else []) + (["--rank-by-predict"] if args.rank_by_predict else [])
+            subprocess.run(command + options, cwd=tree, env=env, check=True)
         except subprocess.CalledProcessError as exc:
             sys.exit(f"--compare {args.compare}: its run failed with exit status {exc.returncode}")
         theirs = json.loads(emitted.read_text())
-    ours = fingerprints(args.quick)
+    ours = fingerprints(args.quick, args.rank_by_predict)
     differs = [name for name in ours if ours[name][0] != theirs.get(name, [None])[0]]
     strict = sum(1 for name in ours if ours[name][1] == theirs.get(name, [None, None])[1])
-    print(f"plan_identity ref={args.compare} plans={len(ours)} same={len(ours) - len(differs)} strict_same={strict}")
+    suffix = " ranking=predict" if args.rank_by_predict else ""
+    same = len(ours) - len(differs)
+    print(f"plan_identity ref={args.compare} plans={len(ours)} same={same} strict_same={strict}{suffix}")
     for name in differs:
         print(f"plan_identity differs {name} worktree={ours[name][0]} ref={theirs.get(name, ['missing'])[0]}")
 

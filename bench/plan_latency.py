@@ -23,8 +23,10 @@ digits of the plan's fingerprint without the solver's bookkeeping (``Plan.finger
 solves and cut rounds, which a faster planner changes by design): everything decided — roles, actions, the
 exact objective, the decision and its reasons, the solver status — is in it.
 
-``--rank-by-predict`` runs every case with ``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking
-by predict"); its lines end in ``ranking=predict``.
+plan()'s default policy ranks the mixed-size case by the model's own predict and the ``sizes=1`` cases by the
+MILP's surrogate (docs/formulation.md, "Ranking by predict"). ``--rank-by-predict`` runs every case with
+``PolicyConfig(rank_by_predict=True)``; its lines end in ``ranking=predict``. With ``--compare`` the revision
+runs with it too, so the option's cost before and after a change comes from one run, with its plans compared.
 
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
 ``git archive``, this bench run there against REF's code for the same cases), so before and after come from one
@@ -243,6 +245,7 @@ def reference_lines(tree: Path, gpus: int, args: argparse.Namespace) -> dict[tup
     """The bench at the unpacked revision, for ``gpus``: its lines by (types, sizes, backend)."""
     command = [sys.executable, str(tree / "bench" / "plan_latency.py"), "--sizes", str(gpus), "--repeats"]
     command += [str(args.repeats), "--backends", args.backends, "--worker-sizes", args.worker_sizes]
+    command += ["--rank-by-predict"] if args.rank_by_predict else []
     env = {**os.environ, DATA_ENV: str(default_data())}
     out = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
     lines = {}
@@ -265,7 +268,7 @@ def main() -> None:
     parser.add_argument(
         "--rank-by-predict",
         action="store_true",
-        help="plan() with PolicyConfig(rank_by_predict=True) (lines end in ranking=predict; not with --compare)",
+        help="plan() with PolicyConfig(rank_by_predict=True) (lines end in ranking=predict; REF's too with --compare)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="plan-latency-") as scratch:

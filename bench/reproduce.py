@@ -25,8 +25,11 @@ chooses among sizes too and the choice is simulated against the best of the size
         best=<…> gap_pct=<x> configs=<n>                                                     (on one line)
     ratio_select_sizes model=<name> equal_best=<k>/<n> mean_gap_pct=<x>
 
-With ``--rank-by-predict`` both ratio selections add ``model=improved-ranked``: the improved predictor with
-``PolicyConfig(rank_by_predict=True)`` (docs/formulation.md, "Ranking by predict"); the targets stay on ``improved``.
+plan() runs with its default policy, which ranks by the model's own predict where worker sizes are declared (the
+sized selection) and by the MILP's surrogate without them (docs/formulation.md, "Ranking by predict"). With
+``--rank-by-predict`` both ratio selections add ``model=improved-ranked``: the improved predictor with
+``PolicyConfig(rank_by_predict=True)`` (on the sized selection the same as ``improved``); the targets stay on
+``improved``.
 
 Mode crossover (PEARL Fig. 2c): Qwen3-30B-A3B on 8 TP2 workers, batch 32 … 96 prompts × group 16, the best
 disaggregated configuration against colocated, on the e2e workload and on the short-output chat one:

@@ -47,8 +47,9 @@ HINDSIGHT = "oracle-hindsight"
 def sizes(data: Path, segment: int, rank_by_predict: bool = False) -> None:
     """The hindsight search over sizes, pearl_sched with and without sizes, and PEARL-faithful, on one e2e segment.
 
-    With ``rank_by_predict``, pearl_sched's plan() ranks by the improved predictor's own predict
-    (``PolicyConfig.rank_by_predict``, docs/formulation.md) and PEARL-faithful, which it does not change, is left out.
+    By default pearl_sched's plan() ranks by the improved predictor's own predict where the sizes are declared and
+    by the MILP's surrogate on the scenario without them (``PolicyConfig.rank_by_predict``, docs/formulation.md).
+    With ``rank_by_predict`` both pearl_sched runs rank by predict, and PEARL-faithful, which never does, is left out.
     """
     base = load_scenario("e2e")
     sized = Scenario.model_validate({**base.model_dump(), "worker_sizes": SIZES})

@@ -115,12 +115,14 @@ class PolicyConfig(Frozen):
             "docs/policies.md) or the batch in flight only (PEARL's rule)"
         ),
     )
-    rank_by_predict: bool = Field(
-        default=False,
-        exclude_if=lambda v: not v,
+    rank_by_predict: bool | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
         description=(
-            "Opt-in: rank the MILP's candidates (each mode's optimum, PEARL's ratio sweep per worker size, their "
+            "Rank the MILP's candidates (each mode's optimum, PEARL's ratio sweep per worker size, their "
             "neighbours) by the model's own predict instead of its fitted surrogate, and drop PEARL's hard KV "
-            "constraint for a memory-aware model (docs/formulation.md, 'Ranking by predict')"
+            "constraint for a memory-aware model (docs/formulation.md, 'Ranking by predict'). None (the default): "
+            "on when the state declares worker sizes, where the surrogate was measured to misrank, off otherwise "
+            "(docs/makespan.md, 'Ranking by predict: measured')"
         ),
     )

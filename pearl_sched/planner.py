@@ -50,7 +50,7 @@ from pearl_sched.policies import (
     must_return,
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
-from pearl_sched.solvers import enumerate_configurations, get_backend, solve_class_problem
+from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
@@ -172,13 +172,10 @@ class _SolveContext:
             for mode in problem.modes:
                 if mode is not incumbent.mode:
                     candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
-        # Every split at every usable worker (a window as wide as the pool), without the search's fallbacks to
-        # fewer workers and brute force: those answer infeasible variants slowly, and the descent tries fewer.
-        sweep = sum(c.size for c in problem.classes)
+        # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
+        # those answer infeasible variants slowly, and the descent tries fewer.
         for variant in (problem, *_size_variants(problem)):
-            candidates.append(
-                enumerate_configurations(variant, window=sweep, rescore=lambda c: ranker.score(problem, c))
-            )
+            candidates.append(ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c)))
         scored = [ranker.score(problem, c) for c in candidates if c is not None]
         best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         return ranker.descend(problem, best)
@@ -259,25 +256,33 @@ class _PredictRanker:
     """
 
     def __init__(self, model: MakespanModel, workload: Workload) -> None:
-        """A ranker for ``workload`` under ``model``; predictions are memoised by configuration.
+        """A ranker for ``workload`` under ``model``; predictions are memoised by the capacity they are asked at.
 
-        One ranker serves the solves of one pass of plan() over one state, whose problems share their classes'
-        order, GPU types, sizes and weights (they differ in eligibility and costs), so a configuration's
-        (mode, counts) names its capacities.
+        A configuration's :class:`~pearl_sched.makespan.PoolCapacity` (its mode, capacities and workers by size)
+        is all ``predict`` reads besides the workload, so one ranker serves every solve of one plan() call,
+        whichever state and classes a solve plans (the settle passes plan the states the actions lead to).
         """
         self._model = model
-        self._workload = workload
-        self._makespans: dict[tuple[Mode, Counts], float] = {}
+        self.workload = workload
+        self._makespans: dict[_CapacityKey, float] = {}
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
-        key = (solution.mode, solution.counts)
+        key = _capacity_key(solution, problem)
         makespan_s = self._makespans.get(key)
         if makespan_s is None:
-            capacity = _pool_capacity(solution, problem)
-            makespan_s = self._makespans[key] = self._model.predict(self._workload, capacity).total_s
+            capacity = _capacity_of(key)
+            makespan_s = self._makespans[key] = self._model.predict(self.workload, capacity).total_s
         objective_s = problem.unfinished_fraction * makespan_s + solution.transition_cost_s
-        return replace(solution, makespan_s=makespan_s, objective_s=objective_s)
+        return ClassSolution(  # dataclasses.replace, spelled out: this runs once per candidate of every sweep
+            solution.mode,
+            solution.counts,
+            makespan_s,
+            solution.pool_times_s,
+            solution.transition_cost_s,
+            objective_s,
+            solution.capacity,
+        )
 
     def descend(self, problem: ClassProblem, start: ClassSolution) -> ClassSolution:
         """Steepest descent from ``start`` (scored) over one-worker moves, at most :data:`_DESCENT_STEPS` steps."""
@@ -341,7 +346,7 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
 
 
 def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:
-    """The ranker of ``PolicyConfig.rank_by_predict``, or None (the default: the surrogate ranks)."""
+    """The ranker of ``PolicyConfig.rank_by_predict`` (resolved by :func:`plan`), or None: the surrogate ranks."""
     return _PredictRanker(model, workload) if policy.rank_by_predict else None
 
 
@@ -390,6 +395,8 @@ def plan(
     resolved = backend if backend == _ENUMERATION else get_backend(backend).name  # fails early with the extra
     digest = input_digest(state, model, costs, policy, pstate, resolved)
     label = backend if backend != "auto" else f"auto:{resolved}"
+    if policy.rank_by_predict is None:  # the default, resolved once for every pass (they share the sizes)
+        policy = policy.model_copy(update={"rank_by_predict": state.worker_sizes is not None})
 
     classified: dict[int, tuple[ClusterState, _Classified]] = {}
 
@@ -399,9 +406,12 @@ def plan(
             seen = classified[id(at)] = (at, _classify(at, model, costs, policy))
         return seen[1]
 
+    ranker = _ranker(model, state.workload, policy)  # its predictions serve every pass of this call
+
     def once(at: ClusterState, *, settle_check: bool = False) -> Plan | None:
         args = (model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
-        return _plan_once(at, *args, settle_check=settle_check)
+        shared = ranker if ranker is None or at.workload == ranker.workload else _ranker(model, at.workload, policy)
+        return _plan_once(at, *args, ranker=shared, settle_check=settle_check)
 
     first = once(state)
     assert first is not None  # only a settle check answers None
@@ -420,14 +430,17 @@ def _plan_once(
     label: str,
     digest: str,
     *,
+    ranker: _PredictRanker | None = None,
     settle_check: bool = False,
 ) -> Plan | None:
     """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1).
 
+    ``ranker`` is ``PolicyConfig.rank_by_predict``'s (None: the surrogate ranks).
+
     With ``settle_check`` (:func:`_settle` planning the state a plan leads to), a plan with no actions is not
     assembled: None says the state is settled, which is all :func:`_settle` reads of such a plan.
     """
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=_ranker(model, state.workload, policy))
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=ranker)
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:
@@ -946,22 +959,40 @@ def _target_and_actions(
     return target, build_actions(state, target, slot_reasons, regrouping)
 
 
-def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
-    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
+_NONE = (0, 0, 0)
+_CapacityKey = tuple[Mode, float, float, float, tuple[tuple[Role, str, int, int], ...]]
+"""A :class:`~pearl_sched.makespan.PoolCapacity`'s fields as plain values: mode, the three capacities, workers."""
+
+
+def _capacity_key(solution: ClassSolution, problem: ClassProblem) -> _CapacityKey:
+    """The fields of the solution's :func:`_pool_capacity`, without building it (a key for memoising predict)."""
     cap = solution.capacity
     counts: dict[tuple[Role, str, int], int] = {}
     for c, n in zip(problem.classes, solution.counts, strict=True):
+        if n == _NONE:  # most classes of a sweep's candidate: skipped at the cost of one comparison
+            continue
         for i, role in enumerate(ROLES):
             if n[i] > 0:
                 counts[(role, c.gpu_type, c.tp)] = counts.get((role, c.gpu_type, c.tp), 0) + n[i]
-    workers = tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for (r, g, tp), k in counts.items())
+    workers = tuple((r, g, tp, k) for (r, g, tp), k in counts.items())
+    return (solution.mode, cap[Role.PREFILL], cap[Role.DECODE], cap[Role.COLOCATED], workers)
+
+
+def _capacity_of(key: _CapacityKey) -> PoolCapacity:
+    """The :class:`~pearl_sched.makespan.PoolCapacity` a :func:`_capacity_key` names."""
+    mode, prefill, decode, colocated, workers = key
     return PoolCapacity(
-        mode=solution.mode,
-        prefill=cap[Role.PREFILL],
-        decode=cap[Role.DECODE],
-        colocated=cap[Role.COLOCATED],
-        workers=workers,
+        mode=mode,
+        prefill=prefill,
+        decode=decode,
+        colocated=colocated,
+        workers=tuple(SizeCount(role=r, gpu_type=g, tp=tp, count=k) for r, g, tp, k in workers),
     )
+
+
+def _pool_capacity(solution: ClassSolution, problem: ClassProblem) -> PoolCapacity:
+    """The solution's capacities, with the workers of each (role, GPU type, TP) that make them up."""
+    return _capacity_of(_capacity_key(solution, problem))
 
 
 def _status_quo(base: ClassProblem, mode: Mode | None) -> ClassSolution | None:
@@ -1014,7 +1045,7 @@ def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
     Such a model predicts a configuration whose KV does not fit as slow (queueing, retraction, misses), not
     impossible; a model without a ``memory_aware`` attribute (PEARL's) keeps the constraint.
     """
-    return policy.rank_by_predict and getattr(model, "memory_aware", False) is True
+    return policy.rank_by_predict is True and getattr(model, "memory_aware", False) is True
 
 
 def _categorise(

@@ -2,8 +2,9 @@
 
 The problem they solve (``ClassProblem``, ``ClassSolution``, the exact ``evaluate`` and the brute-force oracle)
 is core vocabulary in :mod:`pearl_sched.problem`; this package depends on it, never the other way round.
-The core uses only the registry below and the two solve entry points, ``solve_class_problem`` (the MILP) and
-``enumerate_configurations`` (PEARL's search). ``get_backend(name)`` returns a backend;
+The core uses only the registry below and the solve entry points, ``solve_class_problem`` (the MILP),
+``enumerate_configurations`` (PEARL's search) and ``ratio_sweep`` (PEARL's sweep at every split, for the ranking by
+``predict``). ``get_backend(name)`` returns a backend;
 ``available_backends()`` lists those whose packages are installed.
 ``DEFAULT_BACKEND`` was chosen by measurement (``bench/plan_latency.py``; docs/solvers.md): the fastest
 backend whose repeated solves were identical.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
-from pearl_sched.solvers.enumeration import enumerate_configurations
+from pearl_sched.solvers.enumeration import enumerate_configurations, ratio_sweep
 from pearl_sched.solvers.formulation import MilpOutcome, solve_class_problem
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
@@ -67,5 +68,6 @@ __all__ = [
     "available_backends",
     "enumerate_configurations",
     "get_backend",
+    "ratio_sweep",
     "solve_class_problem",
 ]

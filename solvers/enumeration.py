@@ -13,9 +13,21 @@ feasible budget only on larger instances.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from pearl_sched.problem import ROLES, ClassProblem, ClassSolution, Counts, PoolLedger, brute_force, evaluate
+import numpy as np
+
+from pearl_sched.problem import (
+    MODE_ROLES,
+    ROLES,
+    ClassProblem,
+    ClassSolution,
+    Counts,
+    PoolLedger,
+    SlotClass,
+    brute_force,
+    evaluate,
+)
 from pearl_sched.state import Mode, Role, Zone
 
 _STABILITY = {Zone.DEDICATED: 0, Zone.PREEMPTIBLE: 1, Zone.OVERLAP: 2}
@@ -106,6 +118,175 @@ def assign(
     return tuple((p, d, c) for p, d, c in counts)
 
 
+def assign_many(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> list[Counts | None]:
+    """:func:`assign` for every one of ``targets`` at once: the same greedy, one numpy lane per target.
+
+    Every step of :func:`assign` is an integer ``min``, sum or difference, so the lanes give exactly what
+    :func:`assign` gives target by target (a skipped class or a filled role takes 0 here); the Python work is
+    per class, not per class and target, which is what a sweep over every split needs.
+    """
+    counts, done = _assign_lanes(problem, targets)
+    return [_counts(counts, lane) if done[lane] else None for lane in range(len(targets))]
+
+
+def _counts(counts: np.ndarray, lane: int) -> Counts:
+    """One lane of a (class, role, lane) count array as :data:`~pearl_sched.problem.Counts`."""
+    rows: list[list[int]] = counts[:, :, lane].tolist()
+    return tuple((p, d, c) for p, d, c in rows)
+
+
+def _assign_lanes(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`assign_many`'s lanes: the (class, role, lane) counts and whether each lane met its targets."""
+    lanes = len(targets)
+    order = _fill_order(problem)
+    classes = problem.classes
+    counts = np.zeros((len(classes), 3, lanes), dtype=np.int64)
+    free = np.array([[c.size] for c in classes], dtype=np.int64).repeat(lanes, axis=1)
+    gpus_left = np.full(lanes, problem.max_gpus, dtype=np.int64)
+    remaining = {role: np.array([t.get(role, 0) for t in targets], dtype=np.int64) for role in ROLES}
+    left = {
+        p.key: {block: np.full(lanes, gpus, dtype=np.int64) for block, gpus in p.block_gpus.items()}
+        for p in problem.pools
+    }
+
+    def room(cls: SlotClass) -> np.ndarray | int:  # PoolLedger.room, per lane
+        blocks = left.get(cls.pool) if cls.pool is not None else None
+        if blocks is None:
+            return cls.size
+        fits: np.ndarray = np.min([gpus // cls.tp for block, gpus in blocks.items() if block <= cls.tp], axis=0)
+        return fits
+
+    def take(k: int, cls: SlotClass, i: int, workers: np.ndarray) -> None:  # PoolLedger.take and the books
+        blocks = left.get(cls.pool) if cls.pool is not None else None
+        if blocks is not None:
+            for block in blocks:
+                if block <= cls.tp:
+                    blocks[block] -= workers * cls.tp
+        counts[k, i] += workers
+        free[k] -= workers
+        gpus_left[:] -= workers * cls.tp
+
+    for k, cls in enumerate(classes):  # keep each role up to its target count
+        role = cls.current_role
+        if role is not None and role in cls.eligible:
+            want = np.maximum(remaining[role], 0)  # assign keeps only while the role still needs workers
+            keep = np.minimum(np.minimum(want, cls.size), np.minimum(gpus_left // cls.tp, room(cls)))
+            take(k, cls, _ROLE_INDEX[role], keep)
+            remaining[role] -= keep
+    for role in (Role.DECODE, Role.COLOCATED, Role.PREFILL):  # decode picks stable GPUs before prefill
+        i = _ROLE_INDEX[role]
+        for k in order[role]:
+            cls = classes[k]
+            want = np.maximum(remaining[role], 0)
+            got = np.minimum(np.minimum(free[k], want), np.minimum(gpus_left // cls.tp, room(cls)))
+            take(k, cls, i, got)
+            remaining[role] -= got
+    done = np.all([remaining[role] <= 0 for role in ROLES], axis=0)
+    return counts, done
+
+
+def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list[ClassSolution | None]:
+    """:func:`~pearl_sched.problem.evaluate` of ``mode`` at each lane of a (class, role, lane) count array.
+
+    The same checks and the same sums in the same order (class by class, a role's terms only where it has
+    workers), so each answer equals ``evaluate``'s, float for float; the pool times are computed per lane
+    that passes every check.
+    """
+    lanes = counts.shape[2]
+    if mode not in problem.modes:
+        return [None] * lanes
+    memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
+    prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
+    ok = np.ones(lanes, dtype=bool)
+    totals = np.zeros((3, lanes), dtype=np.int64)
+    cap = np.zeros((3, lanes))
+    gpus = np.zeros(lanes, dtype=np.int64)
+    kv, prefill_rate, transition_s = np.zeros(lanes), np.zeros(lanes), np.zeros(lanes)
+    starts = np.zeros(lanes, dtype=bool)
+    with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
+        for k, cls in enumerate(problem.classes):
+            n = counts[k]
+            if cls.size and not cls.fixed and not n.any() and math.isfinite(cls.kv_bytes + cls.prefill_tokens_per_s):
+                transition_s += cls.cost[None] * cls.size  # a class off in every lane adds only this (and zeros)
+                continue
+            used = n[0] + n[1] + n[2]
+            ok &= ~((used > cls.size) | (n.min(axis=0) < 0))
+            for i, role in enumerate(ROLES):
+                has = n[i] != 0
+                if not has.any():
+                    continue
+                if role not in cls.eligible:
+                    ok &= ~has
+                    continue
+                totals[i] += n[i]
+                transition_s += np.where(has, cls.cost[role], 0.0) * n[i]
+                cap[i] += np.where(has, cls.weight.get(role, 0.0), 0.0) * n[i]
+            if cls.fixed and cls.current_role is not None:
+                ok &= n[ROLES.index(cls.current_role)] == cls.size
+            kv += cls.kv_bytes * n[memory]
+            prefill_rate += cls.prefill_tokens_per_s * n[prefill]
+            transition_s += cls.cost[None] * (cls.size - used)
+            gpus += cls.tp * used
+            if cls.pauses_admission:
+                starts |= used > 0
+    ok &= ~(gpus > problem.max_gpus)
+    for _, _, limit, members in problem.node_block_rows if problem.pools else ():
+        used_gpus = sum((problem.classes[k].tp * counts[k].sum(axis=0) for k in members), np.zeros(lanes, np.int64))
+        ok &= ~(used_gpus > limit)
+    active = MODE_ROLES[mode]
+    for i, role in enumerate(ROLES):
+        ok &= (totals[i] > 0) == (role in active)
+    ok &= ~((kv < problem.kv_required_bytes) | (prefill_rate < problem.min_prefill_tokens_per_s))  # as evaluate
+    solutions: list[ClassSolution | None] = [None] * lanes
+    caps, transitions = cap.T.tolist(), transition_s.tolist()
+    for lane in np.flatnonzero(ok).tolist():
+        capacities = dict(zip(ROLES, caps[lane], strict=True))
+        pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
+        makespan_s = max(pool_times.values()) + problem.terms.environment_s
+        lane_transition_s = transitions[lane]
+        if starts[lane]:
+            lane_transition_s += problem.admission_pause_s
+        objective_s = problem.unfinished_fraction * makespan_s + lane_transition_s
+        solutions[lane] = ClassSolution(
+            mode, _counts(counts, lane), makespan_s, pool_times, lane_transition_s, objective_s, capacities
+        )
+    return solutions
+
+
+_LANES_FROM = 48
+"""Usable workers from which :func:`ratio_sweep` runs in numpy lanes: below, numpy's fixed cost per class outweighs
+the loop it saves (measured on bench/plan_latency.py's states at 64 and 256 GPUs; both paths give the same answer)."""
+
+
+def ratio_sweep(
+    problem: ClassProblem, rescore: Callable[[ClassSolution], ClassSolution] | None = None
+) -> ClassSolution | None:
+    """``enumerate_configurations(problem, window=<every split>, rescore=rescore)``, its assignments made at once.
+
+    PEARL's sweep at every split of the usable workers, without the fallbacks to fewer workers (the planner's
+    ranking by ``predict`` runs one per size combination, docs/formulation.md); the same candidates in the
+    same order, so the same answer. From :data:`_LANES_FROM` usable workers the candidates are assigned and
+    evaluated in numpy lanes (:func:`assign_many`, :func:`evaluate_many`).
+    """
+    n = usable_workers(problem)
+    if n < _LANES_FROM:
+        return _best_of(problem, n, None, rescore)
+    candidates = _candidates(problem, n, None)
+    counts, done = _assign_lanes(problem, [t for _, t in candidates])
+    evaluated: list[ClassSolution | None] = [None] * len(candidates)
+    for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
+        lanes = [j for j, (m, _) in enumerate(candidates) if m is mode and done[j]]
+        for j, solution in zip(lanes, evaluate_many(problem, mode, counts[:, :, lanes]), strict=True):
+            evaluated[j] = solution
+    best: ClassSolution | None = None
+    for solution in evaluated:
+        if solution is not None and rescore is not None:
+            solution = rescore(solution)
+        if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
+            best = solution
+    return best
+
+
 def enumerate_configurations(
     problem: ClassProblem,
     window: int | None = None,
@@ -154,15 +335,7 @@ def _best_of(
 ) -> ClassSolution | None:
     """The best candidate using ``n`` workers."""
     best: ClassSolution | None = None
-    candidates: list[tuple[Mode, dict[Role, int]]] = []
-    if Mode.COLOCATED in problem.modes and n >= 1:
-        candidates.append((Mode.COLOCATED, {Role.COLOCATED: n}))
-    if Mode.DISAGGREGATED in problem.modes and n >= 2:
-        splits = range(1, n)
-        if window is not None:
-            centre = _balance_point(problem, n)
-            splits = range(max(1, centre - window), min(n - 1, centre + window) + 1)
-        candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in splits)
+    candidates = _candidates(problem, n, window)
     order = _fill_order(problem)
     for mode, targets in candidates:
         counts = assign(problem, targets, order)
@@ -174,6 +347,20 @@ def _best_of(
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
+
+
+def _candidates(problem: ClassProblem, n: int, window: int | None) -> list[tuple[Mode, dict[Role, int]]]:
+    """The targets PEARL's search tries with ``n`` workers: colocated, then each split within ``window``."""
+    candidates: list[tuple[Mode, dict[Role, int]]] = []
+    if Mode.COLOCATED in problem.modes and n >= 1:
+        candidates.append((Mode.COLOCATED, {Role.COLOCATED: n}))
+    if Mode.DISAGGREGATED in problem.modes and n >= 2:
+        splits = range(1, n)
+        if window is not None:
+            centre = _balance_point(problem, n)
+            splits = range(max(1, centre - window), min(n - 1, centre + window) + 1)
+        candidates.extend((Mode.DISAGGREGATED, {Role.PREFILL: p, Role.DECODE: n - p}) for p in splits)
+    return candidates
 
 
 def _balance_point(problem: ClassProblem, n: int) -> int:

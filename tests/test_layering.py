@@ -18,8 +18,8 @@ CORE = sorted(
     + list((ROOT / "pearl_sched").glob("makespan*.py"))
 )
 SOLVERS = sorted((ROOT / "solvers").glob("*.py"))
-REGISTRY = {"get_backend", "available_backends", "solve_class_problem", "enumerate_configurations"}
-"""What the core may take from ``pearl_sched.solvers``: the backend registry and the two solve entry points."""
+REGISTRY = {"get_backend", "available_backends", "solve_class_problem", "enumerate_configurations", "ratio_sweep"}
+"""What the core may take from ``pearl_sched.solvers``: the backend registry and the solve entry points."""
 
 
 def imports(path: Path) -> list[tuple[str, tuple[str, ...], int]]:

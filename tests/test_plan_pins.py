@@ -32,10 +32,16 @@ PINNED = {
             *(f"expand w-c{i}-tp1 c{i} prefill" for i in range(2, 8)),
         ],
     ),
+    # Since rank_by_predict is on by default with worker sizes (docs/formulation.md, "Ranking by predict"), the
+    # enumeration's answer is ranked with the size combinations' sweeps and the descent: 5P7D at 230.63 (PEARL's
+    # search alone, rank_by_predict=False, still gives the earlier pin: 17P3D at 251.47599828305954).
     "enumeration": (
-        "17P3D",
-        251.47599828305954,  # with 16 × the 1 ms regroup tie-breaker
-        [*(f"expand w-{z}{i}-tp1 {z}{i} prefill" for z in "ce" for i in range(8))],
+        "5P7D",
+        230.6311880280399,  # with 8 × the 1 ms regroup tie-breaker
+        [
+            *(f"expand w-b{i}-tp2 b{i},b{i + 1} decode" for i in range(0, 8, 2)),
+            *(f"expand w-c{i}-tp2 c{i},c{i + 1} prefill" for i in range(0, 8, 2)),
+        ],
     ),
 }
 

@@ -1,4 +1,7 @@
-"""The opt-in ``PolicyConfig.rank_by_predict``: plan() ranks by the model's own predict (docs/formulation.md)."""
+"""``PolicyConfig.rank_by_predict``: plan() ranks by the model's own predict (docs/formulation.md).
+
+On by default where the state declares worker sizes, off otherwise; ``True`` / ``False`` force it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pytest
 from pearl_sched import InfeasiblePlanError, Mode, PearlMakespanModel, Role, plan
 from pearl_sched.config import PolicyConfig
 from pearl_sched.makespan import MakespanBreakdown, MakespanTerms, PoolCapacity
+from pearl_sched.plans import Plan
 from pearl_sched.request import PlanRequest
 from pearl_sched.state import Workload
 from pearl_sched.transition import apply_actions
@@ -57,9 +61,30 @@ def _serving(n: int, role: Role) -> list[Slot]:
 
 
 def test_default_policy_dumps_as_before() -> None:
-    """The option off leaves PolicyConfig's JSON, and so every plan's input digest, as it was."""
+    """The default (None) leaves PolicyConfig's JSON, and so every plan's input digest, as it was."""
     assert "rank_by_predict" not in PolicyConfig().model_dump_json()
-    assert "rank_by_predict" in RANKED.model_dump_json()
+    assert '"rank_by_predict":true' in RANKED.model_dump_json()
+    assert '"rank_by_predict":false' in PolicyConfig(rank_by_predict=False).model_dump_json()
+
+
+@pytest.mark.parametrize(("name", "sized"), [("mixed-sizes.json", True), ("running.json", False)])
+def test_default_ranks_by_predict_only_where_worker_sizes_are_declared(name: str, sized: bool) -> None:
+    """The default ranks like ``True`` on a state with worker sizes and like ``False`` on one without; a ranked
+    answer carries no proven bound, the MILP's does."""
+    request = PlanRequest.model_validate_json((EXAMPLES / name).read_text())
+    assert request.policy.rank_by_predict is None
+    assert (request.state.worker_sizes is not None) is sized
+    model = PearlMakespanModel(request.model)
+
+    def planned(rank_by_predict: bool | None) -> Plan:
+        policy = request.policy.model_copy(update={"rank_by_predict": rank_by_predict})
+        return plan(request.state, model, costs=request.costs, policy=policy)
+
+    default, on, off = planned(None), planned(True), planned(False)
+    assert on.solver.bound_s is None and off.solver.bound_s is not None
+    same = on if sized else off
+    assert default.solver.bound_s == same.solver.bound_s
+    assert (default.roles(), default.objective_s, default.decision) == (same.roles(), same.objective_s, same.decision)
 
 
 def test_ranks_by_predict_where_the_surrogate_disagrees() -> None:

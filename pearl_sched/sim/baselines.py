@@ -527,6 +527,11 @@ def _one_batch(policy: PolicyConfig) -> PolicyConfig:
     return policy.model_copy(update={"gate_horizon": "batch"})
 
 
+def _pearl_faithful(policy: PolicyConfig) -> PolicyConfig:
+    """PEARL's gates, and PEARL's search ranking by its own objective: never by ``predict`` (docs/formulation.md)."""
+    return policy.model_copy(update={"gate_horizon": "batch", "rank_by_predict": False})
+
+
 POLICIES: dict[str, PolicySpec] = {
     spec.name: spec
     for spec in (
@@ -565,7 +570,7 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec(
             "pearl",
             lambda st, c, p: PlannerDecider(
-                "pearl", st.predictor("pearl"), backend="enumeration", costs=c, policy=_one_batch(p)
+                "pearl", st.predictor("pearl"), backend="enumeration", costs=c, policy=_pearl_faithful(p)
             ),
             description="PEARL-faithful: its model, its enumeration, its gate",
         ),
