@@ -211,6 +211,47 @@ _dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence le
     max_running_requests=256,
     cuda_graph_max_bs=256,
 )
+_dsr1_fp8_b200_tp4 = LaunchFlags(  # the TP 4 branch (the script exits for any other ISL / OSL)
+    _DSR1_FP8_B200_SH,
+    mem_fraction_static=0.95,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=8192,
+    max_prefill_tokens=8192,
+    max_running_requests=32,
+    cuda_graph_max_bs=32,
+    search_space=((_K8, _K1, 4, 32),),
+)
+_dsr1_fp8_b200_tp8 = LaunchFlags(
+    _DSR1_FP8_B200_SH_TP8,
+    mem_fraction_static=0.82,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=128,
+    cuda_graph_max_bs=128,
+    search_space=((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 4)),
+)
+_dsr1_fp8_h200 = LaunchFlags(  # 1k/1k; the other lengths run 256 requests / CUDA-graph sizes
+    _DSR1_FP8_H200_SH,
+    mem_fraction_static=0.82,
+    kv_cache_dtype=SGLANG_KV_DTYPE,
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=512,
+    cuda_graph_max_bs=512,
+    search_space=_C4_64[:1],
+)
+_gb200_fp8_low_latency = LaunchFlags(  # srt-slurm's and dynamo's GB200 FP8 1k/1k low-latency engines
+    _SRT_SLURM_GB200_FP8_LOW_LATENCY,
+    mem_fraction_static=0.95,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=8192,
+    max_running_requests=512,
+    cuda_graph_max_bs=128,
+)
+_GB200_PREFILL_TOTAL_TOKENS = 8192
+"""``--max-total-tokens`` of both GB200 low-latency prefill engines."""
+_dynamo_gb200 = replace(_gb200_fp8_low_latency, script=_DYNAMO_GB200_FP8_1K1K_LOW_LATENCY, layout=_TP4)
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -223,71 +264,20 @@ RECORDED_LAUNCHES: dict[
     # at C 128 to 42.5 ms; 128 running requests would queue every other request for a whole ~40 s generation): no
     # record for them.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
-        ("agg", _TP4): (
-            LaunchFlags(
-                _DSR1_FP8_B200_SH,
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_prefill_tokens=8192,
-                max_running_requests=32,
-                cuda_graph_max_bs=32,
-                search_space=((_K8, _K1, 4, 32),),
-            ),
-        ),
-        ("agg", _TP8): (
-            LaunchFlags(
-                _DSR1_FP8_B200_SH_TP8,
-                mem_fraction_static=0.82,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=32768,
-                max_prefill_tokens=32768,
-                max_running_requests=128,
-                cuda_graph_max_bs=128,
-                search_space=((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 4)),
-            ),
-        ),
+        ("agg", _TP4): (_dsr1_fp8_b200_tp4,),
+        ("agg", _TP8): (_dsr1_fp8_b200_tp8,),
     },
     # dsr1-fp8-b200-sglang at d27433dff (TP 8 / EP 1, C 4-64 at each length): one launch line, the later TP 8 branch
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.6-cu129-amd64", "2025-12-31"): {
-        ("agg", _TP8): (
-            LaunchFlags(
-                _DSR1_FP8_B200_V056,
-                mem_fraction_static=0.82,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=32768,
-                max_prefill_tokens=32768,
-                max_running_requests=128,
-                cuda_graph_max_bs=128,
-                search_space=_C4_64,
-            ),
-        ),
+        ("agg", _TP8): (replace(_dsr1_fp8_b200_tp8, script=_DSR1_FP8_B200_V056, search_space=_C4_64),),
     },
     # dsr1-fp8-h200-sglang (TP 8, no EP, C 4-64 at each length): --mem-fraction-static 0.82, --chunked-prefill-size /
     # --max-prefill-tokens 32768, no --kv-cache-dtype (SGLang's auto: bf16); --max-running-requests and
     # --cuda-graph-max-bs 512 at 1k/1k, 256 otherwise.
     ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
         ("agg", _TP8): (
-            LaunchFlags(
-                _DSR1_FP8_H200_SH,
-                mem_fraction_static=0.82,
-                kv_cache_dtype=SGLANG_KV_DTYPE,
-                chunked_prefill_size=32768,
-                max_prefill_tokens=32768,
-                max_running_requests=512,
-                cuda_graph_max_bs=512,
-                search_space=_C4_64[:1],
-            ),
-            LaunchFlags(
-                _DSR1_FP8_H200_SH,
-                mem_fraction_static=0.82,
-                kv_cache_dtype=SGLANG_KV_DTYPE,
-                chunked_prefill_size=32768,
-                max_prefill_tokens=32768,
-                max_running_requests=256,
-                cuda_graph_max_bs=256,
-                search_space=_C4_64[1:],
-            ),
+            _dsr1_fp8_h200,
+            replace(_dsr1_fp8_h200, max_running_requests=256, cuda_graph_max_bs=256, search_space=_C4_64[1:]),
         ),
     },
     # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
@@ -303,27 +293,11 @@ RECORDED_LAUNCHES: dict[
     # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
     # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
     ("deepseek-ai/DeepSeek-V3", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
-        ("agg", _TP4): (
-            LaunchFlags(
-                _DSR1_FP8_B300_SH.format(4),
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_prefill_tokens=8192,
-                max_running_requests=32,
-                cuda_graph_max_bs=32,
-                search_space=((_K8, _K1, 4, 32),),
-            ),
-        ),
+        ("agg", _TP4): (replace(_dsr1_fp8_b200_tp4, script=_DSR1_FP8_B300_SH.format(4)),),
         ("agg", _TP8): (
-            LaunchFlags(
-                _DSR1_FP8_B300_SH.format(8),
-                mem_fraction_static=0.82,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=32768,
-                max_prefill_tokens=32768,
-                max_running_requests=128,
-                cuda_graph_max_bs=128,
+            replace(
+                _dsr1_fp8_b200_tp8,
+                script=_DSR1_FP8_B300_SH.format(8),
                 search_space=((_K1, _K1, 4, 64), (_K8, _K1, 4, 4)),
             ),
         ),
@@ -336,27 +310,8 @@ RECORDED_LAUNCHES: dict[
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
-        ("prefill", _TP4): (
-            LaunchFlags(
-                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_running_requests=512,
-                cuda_graph_max_bs=128,
-                max_total_tokens=8192,
-            ),
-        ),
-        ("decode", _TP4): (
-            LaunchFlags(
-                _SRT_SLURM_GB200_FP8_LOW_LATENCY,
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_running_requests=128,
-                cuda_graph_max_bs=128,
-            ),
-        ),
+        ("prefill", _TP4): (replace(_gb200_fp8_low_latency, max_total_tokens=_GB200_PREFILL_TOTAL_TOKENS),),
+        ("decode", _TP4): (replace(_gb200_fp8_low_latency, max_running_requests=128),),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Bottom of curve": 1 prefill worker, 4 decode workers, one GB200 node (4 GPUs)
     # each, C 2-128. The script launches each engine as --tensor-parallel-size 4 --data-parallel-size 1
@@ -364,29 +319,8 @@ RECORDED_LAUNCHES: dict[
     # from the InferenceX config's tp / ep / dp-attn fields, which its own comment says "do nothing because they are
     # hardcoded in" this script; the replay runs the layout the script launched.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
-        ("prefill", _ATTENTION_DP4): (
-            LaunchFlags(
-                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_running_requests=512,
-                cuda_graph_max_bs=128,
-                max_total_tokens=8192,
-                layout=_TP4,
-            ),
-        ),
-        ("decode", _ATTENTION_DP4): (
-            LaunchFlags(
-                _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY,
-                mem_fraction_static=0.95,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=8192,
-                max_running_requests=512,
-                cuda_graph_max_bs=128,
-                layout=_TP4,
-            ),
-        ),
+        ("prefill", _ATTENTION_DP4): (replace(_dynamo_gb200, max_total_tokens=_GB200_PREFILL_TOTAL_TOKENS),),
+        ("decode", _ATTENTION_DP4): (_dynamo_gb200,),
     },
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
