@@ -700,11 +700,7 @@ class ImprovedMakespanModel:
         members land on (one with the cache-aware router; N·(1 − (1 − 1/N)^G) of N with least-load or round-robin)
         and hit by the members after; without, every trajectory prefills its own.
         """
-        return (
-            workload.batch_size * workload.prompt_tokens
-            if not self._sharing()
-            else (self._burst_prompts(workload, workers) * workload.prompt_tokens)
-        )
+        return self._burst_prompts(workload, workers) * workload.prompt_tokens
 
     def _burst_prompts(self, workload: Workload, workers: float) -> float:
         """First prompts the burst prefills over the pool (:meth:`_burst_tokens`, in prompts)."""
