@@ -40,6 +40,7 @@ missing and what is supported; nothing falls back to another source silently.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 from collections.abc import Iterable
@@ -328,8 +329,6 @@ def sglang_hybrid_pool(
 
 def _hf_config(model_id: str) -> dict[str, Any]:
     """The model's HuggingFace ``config.json`` as aiconfigurator-core ships it (``model_configs/``)."""
-    import json
-
     path = _package_root() / "model_configs" / f"{model_id.replace('/', '--')}_config.json"
     if not path.is_file():
         raise AicCoverageError(f"aiconfigurator-core {aic_version()} ships no config for {model_id} ({path.name})")
