@@ -444,8 +444,8 @@ class ImprovedMakespanModel:
         """Whether a configuration whose KV does not fit is predicted slow (queueing, retraction, misses).
 
         True unless the serving parameters lift the KV limit (``kv_limited=False``, PEARL's infinite memory).
-        ``plan()``'s opt-in ``PolicyConfig.rank_by_predict`` drops PEARL's hard KV constraint for such a model
-        (docs/formulation.md, "Ranking by predict").
+        ``plan()``'s ``PolicyConfig.rank_by_predict`` (on by default where worker sizes are declared) drops PEARL's
+        hard KV constraint for such a model (docs/formulation.md, "Ranking by predict").
         """
         return self.params.serving.kv_limited
 
