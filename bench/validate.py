@@ -252,6 +252,48 @@ _gb200_fp8_low_latency = LaunchFlags(  # srt-slurm's and dynamo's GB200 FP8 1k/1
 _GB200_PREFILL_TOTAL_TOKENS = 8192
 """``--max-total-tokens`` of both GB200 low-latency prefill engines."""
 _dynamo_gb200 = replace(_gb200_fp8_low_latency, script=_DYNAMO_GB200_FP8_1K1K_LOW_LATENCY, layout=_TP4)
+_DYNAMO_GB200_MAX_TPT = (
+    "ai-dynamo/dynamo examples/backends/sglang/slurm_jobs/scripts/gb200-{}/disagg/{}-max-tpt.sh ({}) at b7107d008"
+    " (2025-12-17), the commit InferenceX's dsr1_{}_gb200_dynamo-sglang_slurm.sh pinned on 2025-12-21"
+    " (nvidia-master.yaml at c4cde0370: SCRIPT_MODE={}-max-tpt)"
+)
+_DEP8_EP8, _DEP32_EP32, _DEP4_EP4 = (1, 8, 1, 8), (1, 32, 1, 32), (1, 4, 1, 4)
+"""The max-throughput engines as launched: ``--tp-size`` = ``--dp-size`` = the engine's GPUs with
+``--enable-dp-attention`` and ``--moe-a2a-backend deepep`` or ``--ep-size`` = its GPUs (SGLang 0.5.5's
+``ServerArgs._handle_a2a_moe`` sets ``ep_size = tp_size`` under DeepEP): attention-DP over every GPU, the MoE pure
+expert-parallel (MoE TP 1). The rows record MoE TP = the GPUs, EP 1."""
+_GB200_MAX_TPT_1K1K, _GB200_MAX_TPT_8K1K = ((_K1, _K1, 1024, 4096),), ((_K8, _K1, 512, 6144),)
+_gb200_fp8_max_tpt_prefill = LaunchFlags(  # both lengths: DeepEP normal mode, no CUDA graphs
+    _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "prefill", "fp8", "1k1k"),
+    mem_fraction_static=0.75,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=131072,
+    max_running_requests=30000,
+    max_total_tokens=524288,
+    layout=_DEP8_EP8,
+    search_space=_GB200_MAX_TPT_1K1K,  # "Top of curve" (C 4,096) and "Middle of curve" (C 1,024-4,096)
+)
+_gb200_fp8_max_tpt_decode = LaunchFlags(  # DeepEP low-latency mode; --cuda-graph-bs 1 2 4 8 16 24 ... 384 416 ... 768
+    _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "decode", "fp8", "1k1k"),
+    mem_fraction_static=0.82,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=36864,
+    max_running_requests=45000,
+    cuda_graph_max_bs=768,
+    layout=_DEP32_EP32,
+    search_space=((_K1, _K1, 4096, 4096),),  # "Top of curve": 8 decode nodes (the middle runs 12: attention-DP 48)
+)
+_gb200_fp4_max_tpt_decode = LaunchFlags(  # DeepEP low-latency, flashinfer_cutedsl NVFP4 MoE, --cuda-graph-bs ... 1024
+    _DYNAMO_GB200_MAX_TPT.format("fp4", "1k1k", "decode", "fp4", "1k1k"),
+    mem_fraction_static=0.83,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=786432,
+    max_running_requests=67584,
+    cuda_graph_max_bs=1024,
+    max_total_tokens=3122380,
+    layout=_DEP32_EP32,
+    search_space=((_K1, _K1, 8192, 15000),),  # "Top of curve": 4 prefill workers, 8 decode nodes
+)
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -321,6 +363,71 @@ RECORDED_LAUNCHES: dict[
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
         ("prefill", _ATTENTION_DP4): (replace(_dynamo_gb200, max_total_tokens=_GB200_PREFILL_TOTAL_TOKENS),),
         ("decode", _ATTENTION_DP4): (_dynamo_gb200,),
+        # "Top of curve" 1k/1k (config 236: 2 prefill workers on 2 nodes each, 1 decode worker on 8 nodes) and "Middle
+        # and top of curve" 8k/1k (config 253: 5 prefill workers on 2 nodes each, 1 decode worker on 8): the rows
+        # record attention-DP 8 / MoE TP 8 prefill and attention-DP 32 / MoE TP 32 decode; the scripts launch DeepEP
+        # expert parallelism over every GPU of each engine (EP 8 across two 4-GPU nodes, EP 32 across eight).
+        ("prefill", (1, 8, 8, 1)): (
+            _gb200_fp8_max_tpt_prefill,
+            replace(
+                _gb200_fp8_max_tpt_prefill,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp8", "8k1k", "prefill", "fp8", "8k1k"),
+                mem_fraction_static=0.80,
+                search_space=_GB200_MAX_TPT_8K1K,
+            ),
+        ),
+        ("decode", (1, 32, 32, 1)): (
+            _gb200_fp8_max_tpt_decode,
+            replace(
+                _gb200_fp8_max_tpt_decode,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp8", "8k1k", "decode", "fp8", "8k1k"),
+                max_running_requests=8192,
+                cuda_graph_max_bs=256,
+                search_space=_GB200_MAX_TPT_8K1K,
+            ),
+        ),
+    },
+    # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
+    # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
+    # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
+    # EP 32. The rows record attention-DP 4 / MoE TP 4 prefill and attention-DP 32 / MoE TP 32 decode.
+    ("deepseek-ai/DeepSeek-V3", "gb200", "fp4", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
+        ("prefill", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_MAX_TPT.format("fp4", "1k1k", "prefill", "fp4", "1k1k"),
+                mem_fraction_static=0.84,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=65536,
+                max_prefill_tokens=32768,
+                max_running_requests=30000,
+                max_total_tokens=131072,
+                layout=_DEP4_EP4,
+                search_space=((_K1, _K1, 8192, 15000),),
+            ),
+            LaunchFlags(
+                _DYNAMO_GB200_MAX_TPT.format("fp4", "8k1k", "prefill", "fp4", "8k1k"),
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=131072,
+                max_prefill_tokens=524288,
+                max_running_requests=30000,
+                max_total_tokens=131072,
+                layout=_TP4,
+                search_space=((_K8, _K1, 1024, 8192),),
+            ),
+        ),
+        ("decode", (1, 32, 32, 1)): (
+            _gb200_fp4_max_tpt_decode,
+            replace(
+                _gb200_fp4_max_tpt_decode,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp4", "8k1k", "decode", "fp4", "8k1k"),
+                chunked_prefill_size=24576,
+                max_running_requests=16384,
+                cuda_graph_max_bs=512,
+                max_total_tokens=524288,
+                search_space=((_K8, _K1, 1024, 8192),),
+            ),
+        ),
     },
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
@@ -365,7 +472,8 @@ def recorded_launch(
     for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
         if launch.search_space is None:
             return launch
-        isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
+        isl, osl = int(row["isl"]), int(row["osl"])
+        conc = int(float(row["batch_size"])) if row["batch_size"] else recorded_concurrency(row)
         if any((isl, osl) == (i, o) and lo <= conc <= hi for i, o, lo, hi in launch.search_space):
             return launch
     return None
@@ -716,6 +824,18 @@ def _side(row: dict[str, str], role: str) -> tuple[int, int, int | None, int | N
     return tp or 1, adp or 1, moe_tp, moe_ep
 
 
+def runs_prebuilt_step(backend_version: str) -> bool:
+    """Whether an SGLang decode server of this version sits out a step to take in newly transferred requests.
+
+    SGLang 0.5.5 to 0.5.9 (``SchedulerDisaggregationDecodeMixin.get_next_disagg_decode_batch_to_run`` in
+    ``disaggregation/decode.py``) run a new prebuilt batch instead of the running batch and merge it at the next
+    iteration; 0.5.10 merges it and decodes in the same iteration (:attr:`pearl_sched.sim.replay.PDRole.prebuilt_step`).
+    False for a version the row does not record.
+    """
+    numbers = re.findall(r"\d+", backend_version)[:3]
+    return len(numbers) == 3 and tuple(int(n) for n in numbers) < (0, 5, 10)
+
+
 def _has_workers(row: dict[str, str]) -> bool:
     return bool(row["prefill_num_workers"] and row["decode_num_workers"])
 
@@ -903,7 +1023,8 @@ def disagg_rows(
             layout = launch.layout if launch is not None and launch.layout is not None else side
             engine = _engine(deployment, cache, layout, ROLE_PHASES[role], harness_of(deployment, repeats), launch)
             if isinstance(engine, str):
-                skipped[f"{row['model_path']} {row['system']} {role} {side}: {engine}"[:240]] += 1
+                launched = f" {layout} as its launch script ran it (the row records {side})" if layout != side else ""
+                skipped[f"{row['model_path']} {row['system']} {role}{launched or f' {side}'}: {engine}"[:240]] += 1
                 break
             gpu_memory = engine.gpu_memory_bytes()
             gpus = engine.tp * engine.attention_dp
@@ -922,6 +1043,9 @@ def disagg_rows(
                     ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
+                    prebuilt_step=role == "decode"
+                    and POOL_SOURCE == "sglang"  # aiconfigurator-core's pool source reproduces the previous rounds
+                    and runs_prebuilt_step(deployment["backend_version"]),
                 )
             )
         if len(roles) < 2:

@@ -522,3 +522,53 @@ def test_the_b300_deepseek_rows_replay_with_the_scripts_added_with_their_configs
         ("fp4", (8, 1, 1, 8)): (0.85, 256, 16384),
     }
     assert len(rows) == 31
+
+
+def test_the_gb200_max_throughput_rows_run_at_the_scripts_deepep_layout_or_are_refused() -> None:
+    # configs 236 / 253 (FP8) and 254 / 259 (FP4), GB200, SGLang 0.5.5.post2, 2025-12-21: the rows record decode
+    # attention-DP 32 / MoE TP 32; the max-tpt scripts at dynamo b7107d008 launch --tp-size = --dp-size = the engine's
+    # GPUs with --enable-dp-attention and --moe-a2a-backend deepep (SGLang sets ep_size = tp_size) or --ep-size: EP 32
+    # decode, EP 8 FP8 prefill across two nodes. aiconfigurator-core 0.12.0 has wide-EP data for FP8 at EP 32, none
+    # at EP 8 and none for NVFP4, so every one of the 17 rows is refused with the layout its script ran
+    configs = ("_cfg236", "_cfg253", "_cfg254", "_cfg259")
+    all_rows = validate.sglang_silicon_rows()
+    twins = validate.deployment_twins(all_rows)
+    rows = [
+        r
+        for r in all_rows
+        if r["mode"] == "disagg"
+        and (r["id"].endswith(configs) or twins.get(r["id"], {}).get("id", "").endswith(configs))
+    ]
+    assert len(rows) == 17
+    for r in rows:
+        deployment = twins.get(r["id"], r)
+        decode = validate.recorded_launch(deployment, "decode", validate._side(deployment, "decode"))
+        assert decode is not None and decode.layout == (1, 32, 1, 32) and decode.kv_cache_dtype == "fp8"
+        assert "max-tpt.sh (decode) at b7107d008" in decode.script
+        prefill = validate.recorded_launch(deployment, "prefill", validate._side(deployment, "prefill"))
+        assert prefill is not None
+        expected = {"fp8": (1, 8, 1, 8), "fp4": (1, 4, 1, 4) if r["isl"] == "1024" else (4, 1, 4, 1)}
+        assert prefill.layout == expected[r["precision"]]
+    (c4096,) = [r for r in rows if r["id"].endswith("_c4096_cfg236")]
+    launch = validate.recorded_launch(c4096, "decode", (1, 32, 32, 1))
+    assert launch is not None
+    flags = (launch.mem_fraction_static, launch.max_running_requests, launch.cuda_graph_max_bs)
+    assert flags == (0.82, 45000, 768)
+    out, skipped = validate.disagg_rows(rows, {})
+    assert out == [] and sum(skipped.values()) == 17
+    fp8 = "prefill (1, 8, 1, 8) as its launch script ran it (the row records (1, 8, 8, 1)): no large-EP data"
+    fp4 = "decode (1, 32, 1, 32) as its launch script ran it (the row records (1, 32, 32, 1)): no large-EP data"
+    assert sum(n for reason, n in skipped.items() if fp8 in reason and "MoE fp8_block" in reason) == 9
+    assert sum(n for reason, n in skipped.items() if fp4 in reason and "MoE nvfp4" in reason) == 8
+    # the same layout on aiconfigurator-core's pool source: no record applies, the rows keep their columns
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recorded_launch(c4096, "decode", (1, 32, 32, 1)) is None
+    finally:
+        validate.set_pool_source("sglang")
+
+
+def test_decode_servers_before_0_5_10_sit_out_a_step_for_transferred_requests() -> None:
+    # disaggregation/decode.py: 0.5.5-0.5.9 run a new prebuilt batch instead of the running batch; 0.5.10 merges it
+    assert all(validate.runs_prebuilt_step(v) for v in ("0.5.5.post2", "0.5.6.post2", "0.5.8", "0.5.8.post1", "0.5.9"))
+    assert not any(validate.runs_prebuilt_step(v) for v in ("0.5.10", "0.5.10.post1", "0.6.0", ""))
