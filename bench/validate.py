@@ -140,8 +140,9 @@ class LaunchFlags:
     max_prefill_tokens: int | None = None
     """``--max-prefill-tokens`` (None: SGLang's 16,384)."""
     max_running_requests: int | None = None
-    """``--max-running-requests`` (aggregated replay; the disaggregated replay has no cap and the recorded ones,
-    128–512 per engine, exceed every replayed row's concurrency per engine)."""
+    """``--max-running-requests``: the server's running requests (aggregated replay); a disaggregated engine's per
+    rank, ``// --dp-size`` with attention-DP (``ModelRunner.max_running_requests``, SGLang 0.5.8): a prefill rank's
+    batch and a decode rank's running batch (``get_new_prebuilt_batch``) stop there."""
     cuda_graph_max_bs: int | None = None
     """``--cuda-graph-max-bs``: the captured decode batch sizes stop there."""
     max_total_tokens: int | None = None
@@ -149,6 +150,9 @@ class LaunchFlags:
     layout: tuple[int, int, int | None, int | None] | None = None
     """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
     (None: as the row records)."""
+    workers: tuple[int, int] | None = None
+    """(prefill, decode) workers of the recipe variant (a disaggregated row with other worker counts is not tied;
+    None: any)."""
     search_space: tuple[tuple[int, int, int, int], ...] | None = None
     """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
     (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
@@ -262,6 +266,36 @@ _DEP8_EP8, _DEP32_EP32, _DEP4_EP4 = (1, 8, 1, 8), (1, 32, 1, 32), (1, 4, 1, 4)
 ``--enable-dp-attention`` and ``--moe-a2a-backend deepep`` or ``--ep-size`` = its GPUs (SGLang 0.5.5's
 ``ServerArgs._handle_a2a_moe`` sets ``ep_size = tp_size`` under DeepEP): attention-DP over every GPU, the MoE pure
 expert-parallel (MoE TP 1). The rows record MoE TP = the GPUs, EP 1."""
+_SRT_SLURM_H200_8K1K_BS128 = (
+    "NVIDIA/srt-slurm recipes/h200/8k1k/bs128-1p1d-dep.yaml ({}) at 838acc8c (2026-02-04; the same flags at the"
+    " sa-submission-q1-2026 merge 5063eb43, 2026-03-03, there on lmsysorg/sglang:v0.5.8.post1-cu130), named by"
+    " InferenceX dsr1-fp8-h200-dynamo-sglang since f0e131f2e (2026-02-05) for 8k/1k C 64-256"
+)
+_SRT_SLURM_B200_FP8_8K1K = (
+    "NVIDIA/srt-slurm recipes/b200-fp8/8k1k.yaml {} ({}) at 603fb034 (2026-03-13; resolved as"
+    " recipes/b200-fp8/8k1k_stp_{}.yaml with the same flags in the sa-submission-q1-2026 merge 4a22a181, 2026-03-25),"
+    " named by InferenceX dsr1-fp8-b200-dynamo-sglang at 593fb431a (2026-03-18)"
+)
+_b200_fp8_8k1k_prefill = LaunchFlags(  # the base recipe's prefill engine: DP 8 attention, EP 1 (MoE TP 8), 8 per engine
+    _SRT_SLURM_B200_FP8_8K1K.format("base", "prefill", "*"),
+    mem_fraction_static=0.6,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=65536,
+    max_prefill_tokens=8192,
+    max_running_requests=8,
+)
+_b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --chunked-prefill-size: SGLang's 16,384)
+    _SRT_SLURM_B200_FP8_8K1K.format("base", "decode", "*"),
+    mem_fraction_static=0.75,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+)
+_B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
+    ((1, 2), 128, (288, 288)),
+    ((1, 1), 256, (160, 288)),
+    ((2, 1), 512, (512, 512)),
+    ((3, 1), 1024, (1024, 1024)),
+)
 _GB200_MAX_TPT_1K1K, _GB200_MAX_TPT_8K1K = ((_K1, _K1, 1024, 4096),), ((_K8, _K1, 512, 6144),)
 _gb200_fp8_max_tpt_prefill = LaunchFlags(  # both lengths: DeepEP normal mode, no CUDA graphs
     _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "prefill", "fp8", "1k1k"),
@@ -387,6 +421,80 @@ RECORDED_LAUNCHES: dict[
             ),
         ),
     },
+    # dsr1-fp8-h200-dynamo-sglang 8k/1k "bs128-1p1d-dep" (config 434, C 64-256): 1 prefill engine at TP 8, 1 decode
+    # engine at DP 8 attention / EP 8; no --kv-cache-dtype (SGLang's auto: bf16)
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-07"): {
+        ("prefill", _TP8): (
+            LaunchFlags(
+                _SRT_SLURM_H200_8K1K_BS128.format("prefill"),
+                mem_fraction_static=0.75,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=163840,
+                max_prefill_tokens=163840,
+                max_running_requests=16,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 64, 256),),
+            ),
+        ),
+        ("decode", (1, 8, 1, 8)): (
+            LaunchFlags(  # no --chunked-prefill-size: SGLang's default for the GPU (8,192 on H200)
+                _SRT_SLURM_H200_8K1K_BS128.format("decode"),
+                mem_fraction_static=0.88,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=8192,
+                max_running_requests=256,
+                cuda_graph_max_bs=256,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 64, 256),),
+            ),
+        ),
+    },
+    # dsr1-fp8-b200-dynamo-sglang 8k/1k on 2026-03-18 (configs 639-655): the consolidated recipe's variants, each tied
+    # by its worker counts and concurrencies. Max throughput (zip_override_stp_maxtpt): prefill DP 8 attention / MoE
+    # TP 8, decode DP 8 attention / EP 8 with --max-running-requests = --cuda-graph-max-bs per variant; low latency
+    # 1P4D (zip_override_stp_lowlat[1], config 639): decode TP 8 / EP 1 at 32 running requests.
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-03-18",
+    ): {
+        ("prefill", (1, 8, 8, 1)): tuple(
+            replace(
+                _b200_fp8_8k1k_prefill,
+                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_{name}[{k}]", "prefill", f"{name}_{k}"),
+                workers=workers,
+                search_space=((_K8, _K1, *conc),),
+            )
+            for name, k, workers, conc in (
+                *(("maxtpt", k, w, c) for k, (w, _, c) in enumerate(_B200_FP8_8K1K_MAX_TPT)),
+                ("lowlat", 1, (1, 4), (128, 128)),
+            )
+        ),
+        ("decode", (1, 8, 1, 8)): tuple(
+            replace(
+                _b200_fp8_8k1k_decode,
+                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_maxtpt[{k}]", "decode", f"maxtpt_{k}"),
+                max_running_requests=cap,
+                cuda_graph_max_bs=cap,
+                workers=workers,
+                search_space=((_K8, _K1, *conc),),
+            )
+            for k, (workers, cap, conc) in enumerate(_B200_FP8_8K1K_MAX_TPT)
+        ),
+        ("decode", _TP8): (
+            replace(
+                _b200_fp8_8k1k_decode,
+                script=_SRT_SLURM_B200_FP8_8K1K.format("zip_override_stp_lowlat[1]", "decode", "lowlat_1"),
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                workers=(1, 4),
+                search_space=((_K8, _K1, 128, 128),),
+            ),
+        ),
+    },
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
@@ -470,6 +578,11 @@ def recorded_launch(
     if POOL_SOURCE != "sglang" or key is None:
         return None
     for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
+        if launch.workers is not None and launch.workers != (
+            _int(row["prefill_num_workers"]),
+            _int(row["decode_num_workers"]),
+        ):
+            continue
         if launch.search_space is None:
             return launch
         isl, osl = int(row["isl"]), int(row["osl"])
@@ -1043,9 +1156,12 @@ def disagg_rows(
                     ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
+                    max_running_requests=launch.max_running_requests // engine.attention_dp
+                    if launch and launch.max_running_requests
+                    else None,
                     prebuilt_step=role == "decode"
                     and POOL_SOURCE == "sglang"  # aiconfigurator-core's pool source reproduces the previous rounds
-                    and runs_prebuilt_step(deployment["backend_version"]),
+                    and runs_prebuilt_step(deployment.get("backend_version", "")),
                 )
             )
         if len(roles) < 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -404,3 +405,29 @@ def test_disagg_prebuilt_iterations_finish_every_request_with_ttft_phases_intact
         res.prealloc_wait_s + res.prefill_queue_s + res.prefill_run_s + res.transfer_s + res.join_wait_s
     )
     assert res.max_used_tokens <= 20_000
+
+
+def test_disagg_running_caps_bound_the_prefill_batch_and_the_decode_rank() -> None:
+    # --max-running-requests per rank: a prefill batch holds at most that many prompts (three arrive at once: the
+    # first prefills alone, the other two in one batch uncapped, in two at a cap of 1); a decode rank's running batch
+    # stops there and a transferred request waits, holding its KV, until the one before it finishes
+    # (get_new_prebuilt_batch)
+    def run(prefill_cap: int | None, decode_cap: int | None) -> DisaggReplayResult:
+        prefill = PDRole(FakeSteps(), 1, 1, 1_000_000, max_running_requests=prefill_cap)
+        decode = PDRole(FakeSteps(), 1, 1, 1_000_000, max_running_requests=decode_cap)
+        return replay_disagg_closed_loop(prefill, decode, isl=100, osl=20, concurrency=3, rounds=1)
+
+    free, one_prompt, one_running = run(None, None), run(1, None), run(None, 1)
+    assert (free.prefill_steps, one_prompt.prefill_steps) == (2, 3)
+    assert (free.max_decode_rank_batch, one_running.max_decode_rank_batch) == (3, 1)
+    assert one_running.join_wait_s > 0.05 > free.join_wait_s  # a whole generation against part of a step
+    by_ttft = sorted(one_running.per_request, key=lambda r: r[0])
+    for before, after in itertools.pairwise(by_ttft):
+        assert after[0] == pytest.approx(before[2])  # its first token comes when the one before it finished
+    assert one_running.ttft_s == pytest.approx(
+        one_running.prealloc_wait_s
+        + one_running.prefill_queue_s
+        + one_running.prefill_run_s
+        + one_running.transfer_s
+        + one_running.join_wait_s
+    )

@@ -572,3 +572,46 @@ def test_decode_servers_before_0_5_10_sit_out_a_step_for_transferred_requests() 
     # disaggregation/decode.py: 0.5.5-0.5.9 run a new prebuilt batch instead of the running batch; 0.5.10 merges it
     assert all(validate.runs_prebuilt_step(v) for v in ("0.5.5.post2", "0.5.6.post2", "0.5.8", "0.5.8.post1", "0.5.9"))
     assert not any(validate.runs_prebuilt_step(v) for v in ("0.5.10", "0.5.10.post1", "0.6.0", ""))
+
+
+def test_the_kv_bound_deepseek_pd_rows_run_with_their_srt_slurm_recipes() -> None:
+    # H200 config 434 (2026-02-07): bs128-1p1d-dep.yaml, decode --mem-fraction-static 0.88, bf16 KV (no
+    # --kv-cache-dtype), --max-running-requests 256 over DP 8 = 32 per rank; B200 configs 641 / 649 / 655
+    # (2026-03-18): 8k1k.yaml's max-throughput variants, told apart by their worker counts (C 288 ran as 1P1D at
+    # 256 and as 1P2D at 128 running requests), FP8 KV at 0.75
+    rows = {
+        r["id"]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].endswith(("_c256_cfg434", "_c288_cfg641", "_c288_cfg649", "_c1024_cfg655"))
+    }
+    assert len(rows) == 4
+    caps = {}
+    for row_id, row in rows.items():
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        assert decode is not None and prefill is not None and decode.layout is None
+        caps[row_id.rsplit("_", 1)[-1]] = (
+            decode.mem_fraction_static,
+            decode.kv_cache_dtype,
+            decode.max_running_requests,
+        )
+        assert ("bs128-1p1d-dep.yaml" if "h200" in row_id else "8k1k.yaml") in decode.script
+    assert caps == {
+        "cfg434": (0.88, "bfloat16", 256),
+        "cfg641": (0.75, "fp8", 256),
+        "cfg649": (0.75, "fp8", 128),
+        "cfg655": (0.75, "fp8", 1024),
+    }
+    other_workers = {**rows["dsr1_b200_sglang_fp8_disagg_8192x1024_c1024_cfg655"], "prefill_num_workers": "2"}
+    assert validate.recorded_launch(other_workers, "decode", (1, 8, 1, 8)) is None
+    out, skipped = validate.disagg_rows([rows["dsr1_b200_sglang_fp8_disagg_8192x1024_c1024_cfg655"]], {})
+    assert not skipped
+    (item,) = out
+    assert item.roles is not None
+    prefill_role, decode_role = item.roles
+    assert (prefill_role.max_running_requests, decode_role.max_running_requests) == (1, 128)  # // DP 8
+    assert decode_role.prebuilt_step and not prefill_role.prebuilt_step  # SGLang 0.5.8.post1
+    steps = decode_role.steps
+    assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
+    per_token = steps.memory_breakdown().kv_bytes_per_token
+    assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.75 - steps.sglang_weights_bytes()) // per_token

@@ -509,6 +509,9 @@ class PDRole:
         cuda_graph_bs: Captured decode batch sizes (decode role; empty: no padding).
         kv_bytes_per_token: KV bytes one rank holds per token, over all its GPUs (what crosses the link).
         link_bytes_per_s: One rank's P→D bandwidth (its GPUs' links together), prefill role.
+        max_running_requests: One rank's ``--max-running-requests`` (``// --dp-size`` with attention-DP): the most
+            requests in one prefill batch, and in a decode rank's running batch (transferred requests beyond it
+            wait, holding their KV, until a slot frees: ``get_new_prebuilt_batch``). None: no cap.
         prebuilt_step: Decode role of SGLang 0.5.5–0.5.9: a rank whose newly transferred (or resumed) requests
             enter its batch spends that scheduler iteration on them, so its running requests skip the step; with
             attention-DP the rank runs an idle forward for the other ranks' step (False: SGLang ≥ 0.5.10, which
@@ -524,6 +527,7 @@ class PDRole:
     cuda_graph_bs: tuple[int, ...] = ()
     kv_bytes_per_token: float = 0.0
     link_bytes_per_s: float = math.inf
+    max_running_requests: int | None = None
     prebuilt_step: bool = False
 
 
@@ -658,6 +662,7 @@ def replay_disagg_closed_loop(
             max_prefill_tokens=prefill.max_prefill_tokens,
             reserve_new_tokens=False,
             new_token_ratio=0.0,
+            max_running_requests=prefill.max_running_requests or SGLangDefaultScheduler.max_running_requests,
         )
         for _ in range(prefill.workers * prefill.ranks)
     ]
@@ -770,6 +775,8 @@ def replay_disagg_closed_loop(
         d_ranks[job.decode_rank].arrived.append(job)
         start_decode(job.decode_rank // decode.ranks, now)
 
+    decode_cap = decode.max_running_requests or math.inf
+
     def start_decode(worker: int, now: float) -> None:
         nonlocal decode_steps, max_used, max_batch, retractions, resumes, decode_busy_s, batch_sum, skipped
         if d_busy[worker]:
@@ -778,16 +785,22 @@ def replay_disagg_closed_loop(
         prebuilt = [False] * len(ranks)
         for offset, rank in enumerate(ranks):
             s = rank.sched
-            prebuilt[offset] = bool(rank.arrived) or bool(
-                rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank)
+            fits = len(s.running) < decode_cap
+            prebuilt[offset] = fits and (
+                bool(rank.arrived)
+                or bool(rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank))
             )
-            while rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank):
+            while (
+                rank.resume
+                and len(s.running) < decode_cap
+                and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank)
+            ):
                 back = rank.resume.popleft()
                 resumes += 1
                 s.used_tokens += back.kv
                 back.generated -= 1  # join counts the prefill's token; a resumed request has it already
                 s.join(back)
-            while rank.arrived:
+            while rank.arrived and len(s.running) < decode_cap:
                 job = rank.arrived.popleft()
                 new = job.req
                 assert new is not None
