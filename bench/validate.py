@@ -809,20 +809,24 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     For a hybrid linear-attention model (Qwen3.5) SGLang keeps each running request's Gated DeltaNet state in a
     state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
     ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
-    default, for the rows whose launch flags are not recorded). Other models: the pool from :data:`POOL_SOURCE` and
-    SGLang's cap of 4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their
-    ``--max-running-requests``.
+    default, for the rows whose launch flags are not recorded), from the budget at a recorded launch's
+    ``--mem-fraction-static`` where there is one. Other models: the pool from :data:`POOL_SOURCE` and SGLang's cap of
+    4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their ``--max-running-requests``.
     """
     radix_off = harness is INFERENCEMAX
     key = (id(engine), radix_off, POOL_SOURCE)
+    launch = LAUNCHES.get(id(engine))
     if key not in _SERVER_MEMORY:
-        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off, pool_source=POOL_SOURCE)
+        hybrid = engine.sglang_hybrid_pool(
+            disable_radix_cache=radix_off,
+            pool_source=POOL_SOURCE,
+            mem_fraction_static=launch.mem_fraction_static if launch is not None else None,
+        )
         if hybrid is None:
             _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
         else:
             _SERVER_MEMORY[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
     pool, running = _SERVER_MEMORY[key]
-    launch = LAUNCHES.get(id(engine))
     if launch is not None and launch.max_running_requests is not None:
         running = min(running, launch.max_running_requests)
     return pool, running

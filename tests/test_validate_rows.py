@@ -293,12 +293,16 @@ class FakeHybridEngine:
     def __init__(self) -> None:
         self.asked: list[bool] = []
         self.sources: list[str] = []
+        self.fractions: list[float | None] = []
 
-    def sglang_hybrid_pool(self, *, disable_radix_cache: bool, pool_source: str) -> object:
+    def sglang_hybrid_pool(
+        self, *, disable_radix_cache: bool, pool_source: str, mem_fraction_static: float | None
+    ) -> object:
         from pearl_sched.profiles.aic_engine import HybridPool
 
         self.asked.append(disable_radix_cache)
         self.sources.append(pool_source)
+        self.fractions.append(mem_fraction_static)
         return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
 
 
@@ -309,6 +313,15 @@ def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert engine.asked == [True, False]  # one pool per engine and setting
     assert engine.sources == ["sglang", "sglang"]  # SGLang's own derivation unless --pool-source says otherwise
+    assert engine.fractions == [None, None]  # SGLang's default fraction: no launch recorded for this engine
+    recorded = FakeHybridEngine()
+    validate.LAUNCHES[id(recorded)] = validate._dsr1_fp8_b200_tp8
+    validate._SERVER_MEMORY.pop((id(recorded), True, "sglang"), None)  # an id a collected engine may have cached
+    try:
+        assert validate.server_memory(recorded, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    finally:
+        del validate.LAUNCHES[id(recorded)]
+    assert recorded.fractions == [0.82]  # a recorded launch's --mem-fraction-static reaches the hybrid pool
 
 
 def _agg_row(model: str, system: str, tp: str, gemm: str = "", moe: str = "") -> dict[str, str]:
