@@ -1214,7 +1214,9 @@ def aic_decode_estimate_rows(
     … ISL + OSL − 1, without the 1.08 decode correction ``cli_estimate`` multiplies in), through this project's
     engine call on the decode role, which ``tests/test_aic_engine.py`` checks equals aiconfigurator's own result. Not
     a replay: no prefill, no scheduling. It covers rows whose prefill role aiconfigurator refuses, so it shows the
-    engine's decode data on rows the replay cannot run.
+    engine's decode data on rows the replay cannot run. The decode engine is at the layout the deployment's recorded
+    launch script ran (:attr:`LaunchFlags.layout`) where it differs from the row's columns; its pool and KV dtype stay
+    SGLang's defaults.
     """
     twins = deployment_twins(rows)
     out: list[Row] = []
@@ -1224,9 +1226,11 @@ def aic_decode_estimate_rows(
         if row["mode"] != "disagg" or deployment is None or not deployment["decode_batch_size"]:
             continue
         side = _side(deployment, "decode")
-        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"], harness_of(deployment, repeats))
+        launch = recorded_launch(deployment, "decode", side)
+        layout = launch.layout if launch is not None and launch.layout is not None else side
+        engine = _engine(deployment, cache, layout, ROLE_PHASES["decode"], harness_of(deployment, repeats))
         if isinstance(engine, str):
-            failed[f"{row['model_path']} {row['system']} decode {side}: {engine}"[:120]] += 1
+            failed[f"{row['model_path']} {row['system']} decode {layout}: {engine}"[:120]] += 1
             continue
         isl, osl, batch = int(row["isl"]), int(row["osl"]), int(deployment["decode_batch_size"])
         contexts = range(isl + 1, isl + max(osl, 2))

@@ -628,3 +628,16 @@ def test_the_kv_bound_deepseek_pd_rows_run_with_their_srt_slurm_recipes() -> Non
     assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
     per_token = steps.memory_breakdown().kv_bytes_per_token
     assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.75 - steps.sglang_weights_bytes()) // per_token
+
+
+def test_aic_decode_estimate_takes_the_layout_the_launch_script_ran() -> None:
+    # config 236's decode engine ran DeepEP EP 32: aiconfigurator prices it on its large-EP graph (FP8 covered);
+    # config 259's NVFP4 decode at EP 32 is not covered and is refused with the launched layout
+    rows = [r for r in validate.sglang_silicon_rows() if r["id"].endswith(("_c4096_cfg236", "_c8192_cfg259"))]
+    assert len(rows) == 2
+    out, failed = validate.aic_decode_estimate_rows(rows, {})
+    (row,) = out
+    assert row.row_id.endswith("_c4096_cfg236")
+    assert row.sim_tpot_s == pytest.approx(0.0259, rel=0.02)  # 32.8 ms measured; 58.0 ms at the recorded MoE TP 32
+    (reason,) = failed
+    assert "decode (1, 32, 1, 32): no large-EP data" in reason and "nvfp4" in reason
