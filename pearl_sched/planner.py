@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import NamedTuple
 
+import numpy as np
+
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
 from pearl_sched.makespan import MakespanModel, PoolCapacity, SizeCount
@@ -51,6 +53,8 @@ from pearl_sched.policies import (
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
+from pearl_sched.solvers.enumeration import LaneScorer
+from pearl_sched.solvers.formulation import cheapest_transition_s, max_capacity
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
@@ -168,15 +172,30 @@ class _SolveContext:
         """
         candidates = [incumbent, _status_quo(problem, self.mode)]
         candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
+        scored = [ranker.score(problem, c) for c in candidates if c is not None]
+        # A candidate whose proven lower bound is above a score already in hand cannot be the first of the
+        # least (ranker.bound_s): its MILP or sweep is skipped, and the answer is the same.
+        cutoff_s = min(c.objective_s for c in scored)
         if self.backend != _ENUMERATION:
             for mode in problem.modes:
                 if mode is not incumbent.mode:
-                    candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
+                    sub = replace(problem, modes=(mode,))
+                    if ranker.bound_s(sub) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+                        continue
+                    optimum = self._mode_optimum(sub)
+                    if optimum is not None:
+                        scored.append(ranker.score(problem, optimum))
+                        cutoff_s = min(cutoff_s, scored[-1].objective_s)
         # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
         # those answer infeasible variants slowly, and the descent tries fewer.
+        lanes = ranker.lane_scorer(problem)
         for variant in (problem, *_size_variants(problem)):
-            candidates.append(ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c)))
-        scored = [ranker.score(problem, c) for c in candidates if c is not None]
+            if ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+                continue
+            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes)
+            if swept is not None:
+                scored.append(ranker.score(problem, swept))
+                cutoff_s = min(cutoff_s, scored[-1].objective_s)
         best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         return ranker.descend(problem, best)
 
@@ -265,6 +284,58 @@ class _PredictRanker:
         self._model = model
         self.workload = workload
         self._makespans: dict[_CapacityKey, float] = {}
+        self._totals = _vectorised_totals(model)
+
+    def lane_scorer(self, problem: ClassProblem) -> LaneScorer | None:
+        """:meth:`score`'s objective for many candidates of ``problem`` at once, or None without a vectorised model.
+
+        A model with ``predict_totals_s`` (PEARL's, :class:`~pearl_sched.makespan.PearlMakespanModel`) predicts
+        every lane of a sweep in one numpy call, float for float what :meth:`score` gets from ``predict``; a
+        lane without capacity in a role its mode needs (``predict`` refuses it) sends the sweep back to
+        :meth:`score`, candidate by candidate.
+        """
+        totals = self._totals
+        if totals is None:
+            return None
+        workload, fraction = self.workload, problem.unfinished_fraction
+
+        def objectives(mode: Mode, capacities: np.ndarray, transition_s: np.ndarray) -> np.ndarray | None:
+            makespan_s = totals(workload, mode, capacities[0], capacities[1], capacities[2])
+            if not np.isfinite(makespan_s).all():
+                return None
+            result: np.ndarray = fraction * makespan_s + transition_s  # score's objective, lane by lane
+            return result
+
+        return objectives
+
+    def bound_s(self, problem: ClassProblem) -> float:
+        """A proven lower bound on :meth:`score`'s objective of any configuration of ``problem`` (any mode).
+
+        Per mode, ``predict`` at each role's largest capacity (:func:`~pearl_sched.solvers.formulation.max_capacity`:
+        no configuration has more) — a vectorised model's total never rises with capacity — plus the cheapest
+        transition cost (:func:`~pearl_sched.solvers.formulation.cheapest_transition_s`); ``inf`` for a mode with
+        a role no slot can take. ``-inf`` (nothing is pruned) for a model without ``predict_totals_s``, or where a
+        role's slots could give it no capacity (``predict`` would refuse such a configuration, not rank it).
+        """
+        if self._totals is None:
+            return -math.inf
+        bounds = []
+        for mode in problem.modes:
+            cheapest_s = cheapest_transition_s(problem, mode)
+            if math.isinf(cheapest_s):
+                bounds.append(cheapest_s)
+                continue
+            roles = MODE_ROLES[mode]
+            if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
+                bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
+                continue
+            capacities = {role: max_capacity(problem, role) for role in roles}
+            if min(capacities.values()) <= 0:
+                return -math.inf
+            lanes = [np.array([capacities.get(role, 0.0)]) for role in ROLES]
+            makespan_s = float(self._totals(self.workload, mode, lanes[0], lanes[1], lanes[2])[0])
+            bounds.append(problem.unfinished_fraction * makespan_s + cheapest_s)
+        return min(bounds, default=math.inf)
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
@@ -343,6 +414,24 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
             ]
             variants.append(replace(problem.with_classes(classes), modes=(mode,)))
     return variants
+
+
+_Totals = Callable[[Workload, Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _vectorised_totals(model: MakespanModel) -> _Totals | None:
+    """The model's ``predict_totals_s`` where the same class defines it and ``predict``, else None.
+
+    A subclass that redefines ``predict`` alone would leave the vectorised form predicting its parent's model.
+    """
+    for klass in type(model).__mro__:
+        defines = vars(klass)
+        if "predict" in defines or "predict_totals_s" in defines:
+            if "predict" in defines and "predict_totals_s" in defines:
+                totals: _Totals = model.predict_totals_s  # type: ignore[attr-defined]
+                return totals
+            return None
+    return None
 
 
 def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:

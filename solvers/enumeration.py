@@ -192,9 +192,33 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     workers), so each answer equals ``evaluate``'s, float for float; the pool times are computed per lane
     that passes every check.
     """
+    ok, cap, transition_s = evaluate_lanes(problem, mode, counts)
+    active = MODE_ROLES[mode]
+    solutions: list[ClassSolution | None] = [None] * counts.shape[2]
+    caps, transitions = cap.T.tolist(), transition_s.tolist()
+    for lane in np.flatnonzero(ok).tolist():
+        capacities = dict(zip(ROLES, caps[lane], strict=True))
+        pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
+        makespan_s = max(pool_times.values()) + problem.terms.environment_s
+        lane_transition_s = transitions[lane]
+        objective_s = problem.unfinished_fraction * makespan_s + lane_transition_s
+        solutions[lane] = ClassSolution(
+            mode, _counts(counts, lane), makespan_s, pool_times, lane_transition_s, objective_s, capacities
+        )
+    return solutions
+
+
+def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arrays :func:`evaluate_many` builds its solutions from, without building one per lane.
+
+    Returns:
+        Whether each lane passes every check of :func:`~pearl_sched.problem.evaluate`; the capacities, a
+        (role, lane) array in :data:`~pearl_sched.problem.ROLES` order; and the transition costs. On the
+        feasible lanes the last two equal ``evaluate``'s ``capacity`` and ``transition_cost_s``, float for float.
+    """
     lanes = counts.shape[2]
     if mode not in problem.modes:
-        return [None] * lanes
+        return np.zeros(lanes, dtype=bool), np.zeros((3, lanes)), np.zeros(lanes)
     memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
     prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
     ok = np.ones(lanes, dtype=bool)
@@ -237,20 +261,7 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
     ok &= ~((kv < problem.kv_required_bytes) | (prefill_rate < problem.min_prefill_tokens_per_s))  # as evaluate
-    solutions: list[ClassSolution | None] = [None] * lanes
-    caps, transitions = cap.T.tolist(), transition_s.tolist()
-    for lane in np.flatnonzero(ok).tolist():
-        capacities = dict(zip(ROLES, caps[lane], strict=True))
-        pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
-        makespan_s = max(pool_times.values()) + problem.terms.environment_s
-        lane_transition_s = transitions[lane]
-        if starts[lane]:
-            lane_transition_s += problem.admission_pause_s
-        objective_s = problem.unfinished_fraction * makespan_s + lane_transition_s
-        solutions[lane] = ClassSolution(
-            mode, _counts(counts, lane), makespan_s, pool_times, lane_transition_s, objective_s, capacities
-        )
-    return solutions
+    return ok, cap, np.where(starts, transition_s + problem.admission_pause_s, transition_s)
 
 
 _LANES_FROM = 48
@@ -258,25 +269,61 @@ _LANES_FROM = 48
 the loop it saves (measured on bench/plan_latency.py's states at 64 and 256 GPUs; both paths give the same answer)."""
 
 
+LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+"""``rescore``'s objective for many candidates of one mode at once: given their capacities (a (role, lane) array in
+:data:`~pearl_sched.problem.ROLES` order) and transition costs, each lane's ``rescore(solution).objective_s``,
+float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
+
+
 def ratio_sweep(
-    problem: ClassProblem, rescore: Callable[[ClassSolution], ClassSolution] | None = None
+    problem: ClassProblem,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    rescore_lanes: LaneScorer | None = None,
 ) -> ClassSolution | None:
     """``enumerate_configurations(problem, window=<every split>, rescore=rescore)``, its assignments made at once.
 
     PEARL's sweep at every split of the usable workers, without the fallbacks to fewer workers (the planner's
     ranking by ``predict`` runs one per size combination, docs/formulation.md); the same candidates in the
-    same order, so the same answer. From :data:`_LANES_FROM` usable workers the candidates are assigned and
-    evaluated in numpy lanes (:func:`assign_many`, :func:`evaluate_many`).
+    same order, so the same answer. From :data:`_LANES_FROM` usable workers, or at any size with
+    ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
+    :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
+    built and rescored as a solution.
     """
     n = usable_workers(problem)
-    if n < _LANES_FROM:
+    lanes_scored = rescore is not None and rescore_lanes is not None
+    if n < _LANES_FROM and not lanes_scored:
         return _best_of(problem, n, None, rescore)
     candidates = _candidates(problem, n, None)
+    if not candidates:
+        return None
     counts, done = _assign_lanes(problem, [t for _, t in candidates])
+    if lanes_scored:
+        assert rescore is not None and rescore_lanes is not None
+        objectives: list[float | None] = [None] * len(candidates)
+        for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
+            lanes = np.array([j for j, (m, _) in enumerate(candidates) if m is mode and done[j]], dtype=np.int64)
+            if not lanes.size:
+                continue
+            ok, cap, transition_s = evaluate_lanes(problem, mode, counts[:, :, lanes])
+            scores = rescore_lanes(mode, cap[:, ok], transition_s[ok]) if ok.any() else np.zeros(0)
+            if scores is None:  # the scorer cannot rank these lanes: candidate by candidate, as below
+                break
+            for j, objective_s in zip(lanes[ok].tolist(), scores.tolist(), strict=True):
+                objectives[j] = objective_s
+        else:
+            winner, best_s = -1, math.inf
+            for j, objective_s in enumerate(objectives):  # the loop below, on the objectives alone
+                if objective_s is not None and (winner < 0 or objective_s < best_s - 1e-12):
+                    winner, best_s = j, objective_s
+            if winner < 0:
+                return None
+            solution = evaluate(problem, candidates[winner][0], _counts(counts, winner))
+            assert solution is not None  # evaluate_lanes found it feasible, and the two agree
+            return rescore(solution)
     evaluated: list[ClassSolution | None] = [None] * len(candidates)
     for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
-        lanes = [j for j, (m, _) in enumerate(candidates) if m is mode and done[j]]
-        for j, solution in zip(lanes, evaluate_many(problem, mode, counts[:, :, lanes]), strict=True):
+        lane_list = [j for j, (m, _) in enumerate(candidates) if m is mode and done[j]]
+        for j, solution in zip(lane_list, evaluate_many(problem, mode, counts[:, :, lane_list]), strict=True):
             evaluated[j] = solution
     best: ClassSolution | None = None
     for solution in evaluated:

@@ -435,6 +435,26 @@ def mode_bound(problem: ClassProblem, mode: Mode) -> float:
     roles are off, ``role_active_iff_mode``). The admission pause is left out (it is never negative).
     """
     roles = MODE_ROLES[mode]
+    cheapest = cheapest_transition_s(problem, mode)
+    if math.isinf(cheapest):
+        return math.inf
+    times = []
+    for role in roles:
+        top = max_capacity(problem, role)
+        if top <= 0:
+            return math.inf  # the mode needs this role and no class can take it
+        times.append(problem.terms.pool(role).time_s(top))
+    return problem.unfinished_fraction * (max(times) + problem.terms.environment_s) + cheapest
+
+
+def cheapest_transition_s(problem: ClassProblem, mode: Mode) -> float:
+    """A lower bound on the transition cost of any configuration in ``mode`` (``inf``: none is feasible there).
+
+    Every class at its cheapest option among the mode's roles and off, a fixed class at its current role (the
+    mode's other roles are off, ``role_active_iff_mode``); the admission pause is left out (it is never
+    negative). :func:`mode_bound`'s cost part, and the planner's bound on ranking by predict.
+    """
+    roles = MODE_ROLES[mode]
     cheapest = 0.0
     for c in problem.classes:
         if c.fixed and c.current_role is not None and c.size:
@@ -443,13 +463,7 @@ def mode_bound(problem: ClassProblem, mode: Mode) -> float:
             cheapest += c.size * c.cost[c.current_role]
             continue
         cheapest += c.size * min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
-    times = []
-    for role in roles:
-        top = max_capacity(problem, role)
-        if top <= 0:
-            return math.inf  # the mode needs this role and no class can take it
-        times.append(problem.terms.pool(role).time_s(top))
-    return problem.unfinished_fraction * (max(times) + problem.terms.environment_s) + cheapest
+    return cheapest
 
 
 def max_capacity(problem: ClassProblem, role: Role) -> float:
