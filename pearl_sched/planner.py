@@ -403,14 +403,24 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
     if not problem.pools:
         return []
     variants = []
+    restricted: dict[tuple[int, frozenset[Role]], SlotClass] = {}  # each class at each eligibility, made once
+
+    def restrict(k: int, cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
+        if eligible == cls.eligible:
+            return cls
+        made = restricted.get((k, eligible))
+        if made is None:
+            made = restricted[k, eligible] = replace(cls, eligible=eligible)
+        return made
+
     for mode in problem.modes:
         roles = MODE_ROLES[mode]
         options = [sorted({c.tp for c in problem.classes if c.pool is not None and r in c.eligible}) for r in roles]
         for sizes in itertools.product(*options):
             chosen = dict(zip(roles, sizes, strict=True))
             classes = [
-                c if c.pool is None else replace(c, eligible=frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
-                for c in problem.classes
+                c if c.pool is None else restrict(k, c, frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
+                for k, c in enumerate(problem.classes)
             ]
             variants.append(replace(problem.with_classes(classes), modes=(mode,)))
     return variants

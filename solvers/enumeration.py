@@ -125,7 +125,8 @@ def assign_many(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> li
     :func:`assign` gives target by target (a skipped class or a filled role takes 0 here); the Python work is
     per class, not per class and target, which is what a sweep over every split needs.
     """
-    counts, done = _assign_lanes(problem, targets)
+    remaining = {role: np.array([t.get(role, 0) for t in targets], dtype=np.int64) for role in ROLES}
+    counts, done = _assign_lanes(problem, remaining)
     return [_counts(counts, lane) if done[lane] else None for lane in range(len(targets))]
 
 
@@ -135,15 +136,17 @@ def _counts(counts: np.ndarray, lane: int) -> Counts:
     return tuple((p, d, c) for p, d, c in rows)
 
 
-def _assign_lanes(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`assign_many`'s lanes: the (class, role, lane) counts and whether each lane met its targets."""
-    lanes = len(targets)
+def _assign_lanes(problem: ClassProblem, remaining: dict[Role, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`assign_many`'s lanes: the (class, role, lane) counts and whether each lane met its targets.
+
+    ``remaining`` holds each role's target count per lane (it is used up).
+    """
+    lanes = len(remaining[Role.PREFILL])
     order = _fill_order(problem)
     classes = problem.classes
     counts = np.zeros((len(classes), 3, lanes), dtype=np.int64)
     free = np.array([[c.size] for c in classes], dtype=np.int64).repeat(lanes, axis=1)
     gpus_left = np.full(lanes, problem.max_gpus, dtype=np.int64)
-    remaining = {role: np.array([t.get(role, 0) for t in targets], dtype=np.int64) for role in ROLES}
     left = {
         p.key: {block: np.full(lanes, gpus, dtype=np.int64) for block, gpus in p.block_gpus.items()}
         for p in problem.pools
@@ -293,15 +296,15 @@ def ratio_sweep(
     lanes_scored = rescore is not None and rescore_lanes is not None
     if n < _LANES_FROM and not lanes_scored:
         return _best_of(problem, n, None, rescore)
-    candidates = _candidates(problem, n, None)
-    if not candidates:
+    modes, remaining = _candidate_lanes(problem, n)
+    if not modes:
         return None
-    counts, done = _assign_lanes(problem, [t for _, t in candidates])
+    counts, done = _assign_lanes(problem, remaining)
     if lanes_scored:
         assert rescore is not None and rescore_lanes is not None
-        objectives: list[float | None] = [None] * len(candidates)
+        objectives: list[float | None] = [None] * len(modes)
         for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
-            lanes = np.array([j for j, (m, _) in enumerate(candidates) if m is mode and done[j]], dtype=np.int64)
+            lanes = np.flatnonzero((np.array([m is mode for m in modes], dtype=bool)) & done)
             if not lanes.size:
                 continue
             ok, cap, transition_s = evaluate_lanes(problem, mode, counts[:, :, lanes])
@@ -317,12 +320,12 @@ def ratio_sweep(
                     winner, best_s = j, objective_s
             if winner < 0:
                 return None
-            solution = evaluate(problem, candidates[winner][0], _counts(counts, winner))
+            solution = evaluate(problem, modes[winner], _counts(counts, winner))
             assert solution is not None  # evaluate_lanes found it feasible, and the two agree
             return rescore(solution)
-    evaluated: list[ClassSolution | None] = [None] * len(candidates)
+    evaluated: list[ClassSolution | None] = [None] * len(modes)
     for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
-        lane_list = [j for j, (m, _) in enumerate(candidates) if m is mode and done[j]]
+        lane_list = [j for j, m in enumerate(modes) if m is mode and done[j]]
         for j, solution in zip(lane_list, evaluate_many(problem, mode, counts[:, :, lane_list]), strict=True):
             evaluated[j] = solution
     best: ClassSolution | None = None
@@ -332,6 +335,22 @@ def ratio_sweep(
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
+
+
+def _candidate_lanes(problem: ClassProblem, n: int) -> tuple[list[Mode], dict[Role, np.ndarray]]:
+    """``_candidates(problem, n, None)`` as lanes: each candidate's mode, and each role's target count per lane."""
+    colocated = Mode.COLOCATED in problem.modes and n >= 1
+    splits = (
+        np.arange(1, n, dtype=np.int64) if Mode.DISAGGREGATED in problem.modes and n >= 2 else np.zeros(0, np.int64)
+    )
+    head = np.array([n] if colocated else [], dtype=np.int64)
+    zero = np.zeros(len(head), dtype=np.int64)
+    remaining = {
+        Role.PREFILL: np.concatenate([zero, splits]),
+        Role.DECODE: np.concatenate([zero, n - splits]),
+        Role.COLOCATED: np.concatenate([head, np.zeros(len(splits), dtype=np.int64)]),
+    }
+    return [Mode.COLOCATED] * len(head) + [Mode.DISAGGREGATED] * len(splits), remaining
 
 
 def enumerate_configurations(
