@@ -53,7 +53,7 @@ from pearl_sched.policies import (
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
-from pearl_sched.solvers.enumeration import LaneScorer
+from pearl_sched.solvers.enumeration import LaneScorer, evaluate_lanes
 from pearl_sched.solvers.formulation import cheapest_transition_s, max_capacity
 from pearl_sched.state import (
     GPU,
@@ -311,11 +311,16 @@ class _PredictRanker:
     def bound_s(self, problem: ClassProblem) -> float:
         """A proven lower bound on :meth:`score`'s objective of any configuration of ``problem`` (any mode).
 
-        Per mode, ``predict`` at each role's largest capacity (:func:`~pearl_sched.solvers.formulation.max_capacity`:
-        no configuration has more) — a vectorised model's total never rises with capacity — plus the cheapest
-        transition cost (:func:`~pearl_sched.solvers.formulation.cheapest_transition_s`); ``inf`` for a mode with
-        a role no slot can take. ``-inf`` (nothing is pruned) for a model without ``predict_totals_s``, or where a
-        role's slots could give it no capacity (``predict`` would refuse such a configuration, not rank it).
+        Per mode, each role's capacity runs from nothing to its largest
+        (:func:`~pearl_sched.solvers.formulation.max_capacity`: no configuration has more), cut into pieces; over
+        a piece the extra transition cost of reaching that capacity is at least its value at the piece's start
+        (:func:`_cost_curve`) and ``predict``'s total at least its value at the piece's end (a vectorised model's
+        total never rises with capacity). The least, over every piece (and pair of pieces with two roles), of
+        ``predict`` there plus the cheapest transition cost
+        (:func:`~pearl_sched.solvers.formulation.cheapest_transition_s`) and those extras is below every
+        configuration's score. ``inf`` for a mode with a role no slot can take; ``-inf`` (nothing is pruned) for
+        a model without ``predict_totals_s``, or where a role's slots could give it no capacity (``predict``
+        would refuse such a configuration, not rank it).
         """
         if self._totals is None:
             return -math.inf
@@ -329,12 +334,16 @@ class _PredictRanker:
             if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
                 bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
                 continue
-            capacities = {role: max_capacity(problem, role) for role in roles}
-            if min(capacities.values()) <= 0:
+            curves = [_cost_curve(problem, mode, role) for role in roles]
+            if min(top for _, _, top in curves) <= 0:
                 return -math.inf
-            lanes = [np.array([capacities.get(role, 0.0)]) for role in ROLES]
-            makespan_s = float(self._totals(self.workload, mode, lanes[0], lanes[1], lanes[2])[0])
-            bounds.append(problem.unfinished_fraction * makespan_s + cheapest_s)
+            ends = np.meshgrid(*(end for end, _, _ in curves), indexing="ij")
+            extras = sum(np.meshgrid(*(extra for _, extra, _ in curves), indexing="ij"))
+            lanes = {role: end.ravel() for role, end in zip(roles, ends, strict=True)}
+            none = np.zeros(ends[0].size)
+            lane_args = [lanes.get(role, none) for role in ROLES]
+            makespan_s = self._totals(self.workload, mode, lane_args[0], lane_args[1], lane_args[2])
+            bounds.append(float(np.min(problem.unfinished_fraction * makespan_s + np.ravel(extras))) + cheapest_s)
         return min(bounds, default=math.inf)
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
@@ -358,19 +367,48 @@ class _PredictRanker:
     def descend(self, problem: ClassProblem, start: ClassSolution) -> ClassSolution:
         """Steepest descent from ``start`` (scored) over one-worker moves, at most :data:`_DESCENT_STEPS` steps."""
         current = start
+        lanes = self.lane_scorer(problem)
         for _ in range(_DESCENT_STEPS):
             step = current
-            for counts in _neighbours(problem, current):
-                candidate = evaluate(problem, current.mode, counts)
-                if candidate is None:
-                    continue
-                candidate = self.score(problem, candidate)
-                if candidate.objective_s < step.objective_s - 1e-12:
-                    step = candidate
+            neighbours = list(_neighbours(problem, current))
+            objectives = self._lane_objectives(problem, current.mode, neighbours, lanes) if neighbours else None
+            if objectives is not None:  # the loop below, on the objectives alone: the first of the best wins
+                winner, best_s = -1, step.objective_s
+                for j, objective_s in objectives:
+                    if objective_s < best_s - 1e-12:
+                        winner, best_s = j, objective_s
+                if winner >= 0:
+                    solution = evaluate(problem, current.mode, neighbours[winner])
+                    assert solution is not None  # evaluate_lanes found it feasible, and the two agree
+                    step = self.score(problem, solution)
+            else:
+                for counts in neighbours:
+                    candidate = evaluate(problem, current.mode, counts)
+                    if candidate is None:
+                        continue
+                    candidate = self.score(problem, candidate)
+                    if candidate.objective_s < step.objective_s - 1e-12:
+                        step = candidate
             if step is current:
                 break
             current = step
         return current
+
+    @staticmethod
+    def _lane_objectives(
+        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: LaneScorer | None
+    ) -> list[tuple[int, float]] | None:
+        """The feasible ones of ``configurations`` (by index) and their objectives, scored in lanes; None without."""
+        if lanes is None:
+            return None
+        counts = np.array(configurations, dtype=np.int64).transpose(1, 2, 0)  # (class, role, lane)
+        ok, capacities, transition_s = evaluate_lanes(problem, mode, counts)
+        if not ok.any():
+            return []
+        objectives = lanes(mode, capacities[:, ok], transition_s[ok])
+        if objectives is None:
+            return None
+        return list(zip(np.flatnonzero(ok).tolist(), objectives.tolist(), strict=True))
 
 
 def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Counts]:
@@ -424,6 +462,49 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
             ]
             variants.append(replace(problem.with_classes(classes), modes=(mode,)))
     return variants
+
+
+_PIECES = 4
+"""Pieces each class's stretch of a role's cost curve is cut into by :meth:`_PredictRanker.bound_s`: more is
+tighter and costs more lanes (each a point ``predict_totals_s`` is asked at)."""
+
+
+def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarray, np.ndarray, float]:
+    """Pieces of ``role``'s capacity in ``mode``: each piece's end, the least extra cost at its start, the top.
+
+    Every slot of a class costs at least its cheapest option among the mode's roles and off (what
+    :func:`~pearl_sched.solvers.formulation.cheapest_transition_s` counts); serving ``role`` costs the
+    difference more and gives the class's weight. The least extra cost of a capacity is the fractional knapsack
+    of those differences, classes in order of extra cost per capacity (a slot given to this role is not given
+    to the mode's other role, which only adds cost, so summing the roles' curves stays below). A fixed class
+    serving ``role`` adds its capacity at no extra cost. Pieces end at most at ``max_capacity``.
+    """
+    roles = MODE_ROLES[mode]
+    stretches: list[tuple[float, float, int]] = []  # (extra cost per worker, capacity per worker, workers)
+    for c in problem.classes:
+        weight = c.weight.get(role, 0.0)
+        if not c.size or role not in c.eligible or weight <= 0:
+            continue
+        if c.fixed and c.current_role is not None:
+            if c.current_role is role:
+                stretches.append((0.0, weight, c.size))
+            continue
+        least = min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
+        stretches.append((c.cost[role] - least, weight, c.size))
+    stretches.sort(key=lambda s: s[0] / s[1])
+    top = max_capacity(problem, role)
+    starts, extras = [], []
+    at = cost = 0.0
+    for extra, weight, workers in stretches:
+        for _ in range(_PIECES):
+            if at >= top:
+                break
+            starts.append(at)
+            extras.append(cost)
+            at += weight * workers / _PIECES
+            cost += extra * workers / _PIECES
+    ends = np.minimum(np.array([*starts[1:], at]), top) if starts else np.zeros(0)
+    return ends, np.array(extras), top
 
 
 _Totals = Callable[[Workload, Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
