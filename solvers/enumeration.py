@@ -278,6 +278,11 @@ LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
 float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
 
 
+_LANES_SCORED_FROM = 24
+"""Usable workers from which :func:`ratio_sweep` with ``rescore_lanes`` runs in lanes: below, the scalar sweep is as
+fast or faster (bench/plan_latency.py's mixed-size states: the same at 14-31 workers, 3× faster at 4-11)."""
+
+
 def ratio_sweep(
     problem: ClassProblem,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
@@ -287,13 +292,13 @@ def ratio_sweep(
 
     PEARL's sweep at every split of the usable workers, without the fallbacks to fewer workers (the planner's
     ranking by ``predict`` runs one per size combination, docs/formulation.md); the same candidates in the
-    same order, so the same answer. From :data:`_LANES_FROM` usable workers, or at any size with
-    ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
+    same order, so the same answer. From :data:`_LANES_FROM` usable workers, or from :data:`_LANES_SCORED_FROM`
+    with ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
     :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
     built and rescored as a solution.
     """
     n = usable_workers(problem)
-    lanes_scored = rescore is not None and rescore_lanes is not None
+    lanes_scored = rescore is not None and rescore_lanes is not None and n >= _LANES_SCORED_FROM
     if n < _LANES_FROM and not lanes_scored:
         return _best_of(problem, n, None, rescore)
     modes, remaining = _candidate_lanes(problem, n)

@@ -24,6 +24,7 @@ from pearl_sched.makespan_improved import ImprovedMakespanModel
 from pearl_sched.planner import _classify, _PredictRanker, _size_variants, _vectorised_totals, plan
 from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.problem import ROLES, ClassProblem, evaluate
+from pearl_sched.solvers import enumeration
 from pearl_sched.solvers.enumeration import ratio_sweep
 from pearl_sched.state import ClusterState, Mode
 from tests.test_worker_sizes_properties import COSTS as SIZED_COSTS
@@ -100,7 +101,8 @@ def _compositions(size: int, eligible: list[bool]) -> list[tuple[int, int, int]]
     return [n for n in itertools.product(*ranges) if sum(n) <= size]  # type: ignore[misc]
 
 
-def test_lane_scored_sweep_is_the_sweep_rescored_one_by_one() -> None:
+def test_lane_scored_sweep_is_the_sweep_rescored_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(enumeration, "_LANES_SCORED_FROM", 0)  # these states are small: every sweep in lanes
     answered = 0
     for problem, ranker in _problems(seed=13):
         rescore = functools.partial(ranker.score, problem)
@@ -124,7 +126,9 @@ def test_only_a_model_that_defines_both_is_vectorised() -> None:
     assert _vectorised_totals(ImprovedMakespanModel.__new__(ImprovedMakespanModel)) is None  # type: ignore[arg-type]
 
 
-def test_pruned_and_lane_scored_plans_are_the_plain_rankers(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("lanes_from", [0, enumeration._LANES_SCORED_FROM])  # every sweep in lanes, and as shipped
+def test_pruned_and_lane_scored_plans_are_the_plain_rankers(lanes_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(enumeration, "_LANES_SCORED_FROM", lanes_from)
     rng = np.random.default_rng(17)
     states = [random_sized_state(rng) for _ in range(16)]
     optima = {"fast": 0, "plain": 0}
