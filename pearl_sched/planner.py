@@ -168,7 +168,9 @@ class _SolveContext:
 
         Candidates: the surrogate's optimum, each other mode's surrogate optimum (one more MILP), the status quo
         and earlier answers, and PEARL's ratio sweep ranked by ``predict`` — over every class, and with worker
-        sizes once per combination of one size per role. A steepest descent over one-worker moves follows.
+        sizes once per combination of one size per role. A steepest descent over one-worker moves follows. The
+        other mode's MILP and a size combination's sweep are skipped where :meth:`_PredictRanker.bound_s` proves
+        they cannot beat a candidate already scored (the same answer, docs/formulation.md).
         """
         candidates = [incumbent, _status_quo(problem, self.mode)]
         candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
