@@ -297,7 +297,16 @@ def ratio_sweep(
     :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
     built and rescored as a solution.
     """
-    n = usable_workers(problem)
+    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes)
+
+
+def _sweep(
+    problem: ClassProblem,
+    n: int,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    rescore_lanes: LaneScorer | None = None,
+) -> ClassSolution | None:
+    """``_best_of(problem, n, None, rescore)``: :func:`ratio_sweep`'s search with ``n`` workers."""
     lanes_scored = rescore is not None and rescore_lanes is not None and n >= _LANES_SCORED_FROM
     if n < _LANES_FROM and not lanes_scored:
         return _best_of(problem, n, None, rescore)
@@ -372,13 +381,14 @@ def enumerate_configurations(
     own ``predict`` (docs/formulation.md, "Ranking by predict").
     """
     usable = usable_workers(problem)
-    best = _best_of(problem, usable, window, rescore)
+    best = _best_of(problem, usable, window, rescore) if window is not None else _sweep(problem, usable, rescore)
     # Using every worker can break the budget (wide TP groups) or leave no split whose pools meet KV and prefill
-    # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first.
+    # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first
+    # (each count's splits in numpy lanes from _LANES_FROM workers, as ratio_sweep: the same answer).
     for n in range(usable - 1, 0, -1):
         if best is not None or window is not None:
             break
-        best = _best_of(problem, n, None, rescore)
+        best = _sweep(problem, n, rescore)
     if best is None and window is None and _search_size(problem) <= _BRUTE_FORCE_LIMIT:
         best = brute_force(problem)  # PEARL's slot order can miss a fit (the one wide-TP slot with enough KV)
     return best
