@@ -52,9 +52,14 @@ from pearl_sched.policies import (
     must_return,
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
-from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
-from pearl_sched.solvers.enumeration import LaneScorer, evaluate_lanes
-from pearl_sched.solvers.formulation import cheapest_transition_s, max_capacity
+from pearl_sched.solvers import (
+    enumerate_configurations,
+    evaluate_lanes,
+    get_backend,
+    predict_bound_s,
+    ratio_sweep,
+    solve_class_problem,
+)
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
@@ -288,7 +293,7 @@ class _PredictRanker:
         self._makespans: dict[_CapacityKey, float] = {}
         self._totals = _vectorised_totals(model)
 
-    def lane_scorer(self, problem: ClassProblem) -> LaneScorer | None:
+    def lane_scorer(self, problem: ClassProblem) -> _LaneScorer | None:
         """:meth:`score`'s objective for many candidates of ``problem`` at once, or None without a vectorised model.
 
         A model with ``predict_totals_s`` (PEARL's, :class:`~pearl_sched.makespan.PearlMakespanModel`) predicts
@@ -313,40 +318,14 @@ class _PredictRanker:
     def bound_s(self, problem: ClassProblem) -> float:
         """A proven lower bound on :meth:`score`'s objective of any configuration of ``problem`` (any mode).
 
-        Per mode, each role's capacity runs from nothing to its largest
-        (:func:`~pearl_sched.solvers.formulation.max_capacity`: no configuration has more), cut into pieces; over
-        a piece the extra transition cost of reaching that capacity is at least its value at the piece's start
-        (:func:`_cost_curve`) and ``predict``'s total at least its value at the piece's end (a vectorised model's
-        total never rises with capacity). The least, over every piece (and pair of pieces with two roles), of
-        ``predict`` there plus the cheapest transition cost
-        (:func:`~pearl_sched.solvers.formulation.cheapest_transition_s`) and those extras is below every
-        configuration's score. ``inf`` for a mode with a role no slot can take; ``-inf`` (nothing is pruned) for
-        a model without ``predict_totals_s``, or where a role's slots could give it no capacity (``predict``
-        would refuse such a configuration, not rank it).
+        :func:`~pearl_sched.solvers.predict_bound_s` with this ranker's vectorised ``predict``; ``-inf`` (nothing
+        is pruned) for a model without ``predict_totals_s``.
         """
-        if self._totals is None:
+        totals = self._totals
+        if totals is None:
             return -math.inf
-        bounds = []
-        for mode in problem.modes:
-            cheapest_s = cheapest_transition_s(problem, mode)
-            if math.isinf(cheapest_s):
-                bounds.append(cheapest_s)
-                continue
-            roles = MODE_ROLES[mode]
-            if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
-                bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
-                continue
-            curves = [_cost_curve(problem, mode, role) for role in roles]
-            if min(top for _, _, top in curves) <= 0:
-                return -math.inf
-            ends = np.meshgrid(*(end for end, _, _ in curves), indexing="ij")
-            extras = sum(np.meshgrid(*(extra for _, extra, _ in curves), indexing="ij"))
-            lanes = {role: end.ravel() for role, end in zip(roles, ends, strict=True)}
-            none = np.zeros(ends[0].size)
-            lane_args = [lanes.get(role, none) for role in ROLES]
-            makespan_s = self._totals(self.workload, mode, lane_args[0], lane_args[1], lane_args[2])
-            bounds.append(float(np.min(problem.unfinished_fraction * makespan_s + np.ravel(extras))) + cheapest_s)
-        return min(bounds, default=math.inf)
+        workload = self.workload
+        return predict_bound_s(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c))
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
@@ -398,7 +377,7 @@ class _PredictRanker:
 
     @staticmethod
     def _lane_objectives(
-        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: LaneScorer | None
+        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: _LaneScorer | None
     ) -> list[tuple[int, float]] | None:
         """The feasible ones of ``configurations`` (by index) and their objectives, scored in lanes; None without."""
         if lanes is None:
@@ -466,50 +445,9 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
     return variants
 
 
-_PIECES = 4
-"""Pieces each class's stretch of a role's cost curve is cut into by :meth:`_PredictRanker.bound_s`: more is
-tighter and costs more lanes (each a point ``predict_totals_s`` is asked at)."""
-
-
-def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarray, np.ndarray, float]:
-    """Pieces of ``role``'s capacity in ``mode``: each piece's end, the least extra cost at its start, the top.
-
-    Every slot of a class costs at least its cheapest option among the mode's roles and off (what
-    :func:`~pearl_sched.solvers.formulation.cheapest_transition_s` counts); serving ``role`` costs the
-    difference more and gives the class's weight. The least extra cost of a capacity is the fractional knapsack
-    of those differences, classes in order of extra cost per capacity (a slot given to this role is not given
-    to the mode's other role, which only adds cost, so summing the roles' curves stays below). A fixed class
-    serving ``role`` adds its capacity at no extra cost. Pieces end at most at ``max_capacity``.
-    """
-    roles = MODE_ROLES[mode]
-    stretches: list[tuple[float, float, int]] = []  # (extra cost per worker, capacity per worker, workers)
-    for c in problem.classes:
-        weight = c.weight.get(role, 0.0)
-        if not c.size or role not in c.eligible or weight <= 0:
-            continue
-        if c.fixed and c.current_role is not None:
-            if c.current_role is role:
-                stretches.append((0.0, weight, c.size))
-            continue
-        least = min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
-        stretches.append((c.cost[role] - least, weight, c.size))
-    stretches.sort(key=lambda s: s[0] / s[1])
-    top = max_capacity(problem, role)
-    starts, extras = [], []
-    at = cost = 0.0
-    for extra, weight, workers in stretches:
-        for _ in range(_PIECES):
-            if at >= top:
-                break
-            starts.append(at)
-            extras.append(cost)
-            at += weight * workers / _PIECES
-            cost += extra * workers / _PIECES
-    ends = np.minimum(np.array([*starts[1:], at]), top) if starts else np.zeros(0)
-    return ends, np.array(extras), top
-
-
 _Totals = Callable[[Workload, Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+_LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+"""``solvers.enumeration.LaneScorer``: a sweep's objectives in lanes (``ratio_sweep``'s ``rescore_lanes``)."""
 
 
 def _vectorised_totals(model: MakespanModel) -> _Totals | None:
