@@ -308,6 +308,8 @@ class FakeHybridEngine:
 
 def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     engine = FakeHybridEngine()
+    for radix_off in (True, False):  # server_memory caches by id(engine): an id a collected engine may have left
+        validate._SERVER_MEMORY.pop((id(engine), radix_off, "sglang"), None)
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
