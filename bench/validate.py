@@ -140,8 +140,9 @@ class LaunchFlags:
     max_prefill_tokens: int | None = None
     """``--max-prefill-tokens`` (None: SGLang's 16,384)."""
     max_running_requests: int | None = None
-    """``--max-running-requests`` (aggregated replay; the disaggregated replay has no cap and the recorded ones,
-    128–512 per engine, exceed every replayed row's concurrency per engine)."""
+    """``--max-running-requests``: the server's running requests (aggregated replay); a disaggregated engine's per
+    rank, ``// --dp-size`` with attention-DP (``ModelRunner.max_running_requests``, SGLang 0.5.8): a prefill rank's
+    batch and a decode rank's running batch (``get_new_prebuilt_batch``) stop there."""
     cuda_graph_max_bs: int | None = None
     """``--cuda-graph-max-bs``: the captured decode batch sizes stop there."""
     max_total_tokens: int | None = None
@@ -149,6 +150,9 @@ class LaunchFlags:
     layout: tuple[int, int, int | None, int | None] | None = None
     """(TP, attention-DP, MoE TP, EP) the script launched the engine at, where it differs from the row's columns
     (None: as the row records)."""
+    workers: tuple[int, int] | None = None
+    """(prefill, decode) workers of the recipe variant (a disaggregated row with other worker counts is not tied;
+    None: any)."""
     search_space: tuple[tuple[int, int, int, int], ...] | None = None
     """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
     (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
@@ -252,6 +256,78 @@ _gb200_fp8_low_latency = LaunchFlags(  # srt-slurm's and dynamo's GB200 FP8 1k/1
 _GB200_PREFILL_TOTAL_TOKENS = 8192
 """``--max-total-tokens`` of both GB200 low-latency prefill engines."""
 _dynamo_gb200 = replace(_gb200_fp8_low_latency, script=_DYNAMO_GB200_FP8_1K1K_LOW_LATENCY, layout=_TP4)
+_DYNAMO_GB200_MAX_TPT = (
+    "ai-dynamo/dynamo examples/backends/sglang/slurm_jobs/scripts/gb200-{}/disagg/{}-max-tpt.sh ({}) at b7107d008"
+    " (2025-12-17), the commit InferenceX's dsr1_{}_gb200_dynamo-sglang_slurm.sh pinned on 2025-12-21"
+    " (nvidia-master.yaml at c4cde0370: SCRIPT_MODE={}-max-tpt)"
+)
+_DEP8_EP8, _DEP32_EP32, _DEP4_EP4 = (1, 8, 1, 8), (1, 32, 1, 32), (1, 4, 1, 4)
+"""The max-throughput engines as launched: ``--tp-size`` = ``--dp-size`` = the engine's GPUs with
+``--enable-dp-attention`` and ``--moe-a2a-backend deepep`` or ``--ep-size`` = its GPUs (SGLang 0.5.5's
+``ServerArgs._handle_a2a_moe`` sets ``ep_size = tp_size`` under DeepEP): attention-DP over every GPU, the MoE pure
+expert-parallel (MoE TP 1). The rows record MoE TP = the GPUs, EP 1."""
+_SRT_SLURM_H200_8K1K_BS128 = (
+    "NVIDIA/srt-slurm recipes/h200/8k1k/bs128-1p1d-dep.yaml ({}) at 838acc8c (2026-02-04; the same flags at the"
+    " sa-submission-q1-2026 merge 5063eb43, 2026-03-03, there on lmsysorg/sglang:v0.5.8.post1-cu130), named by"
+    " InferenceX dsr1-fp8-h200-dynamo-sglang since f0e131f2e (2026-02-05) for 8k/1k C 64-256"
+)
+_SRT_SLURM_B200_FP8_8K1K = (
+    "NVIDIA/srt-slurm recipes/b200-fp8/8k1k.yaml {} ({}) at 603fb034 (2026-03-13; resolved as"
+    " recipes/b200-fp8/8k1k_stp_{}.yaml with the same flags in the sa-submission-q1-2026 merge 4a22a181, 2026-03-25),"
+    " named by InferenceX dsr1-fp8-b200-dynamo-sglang at 593fb431a (2026-03-18)"
+)
+_b200_fp8_8k1k_prefill = LaunchFlags(  # the base recipe's prefill engine: DP 8 attention, EP 1 (MoE TP 8), 8 per engine
+    _SRT_SLURM_B200_FP8_8K1K.format("base", "prefill", "*"),
+    mem_fraction_static=0.6,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=65536,
+    max_prefill_tokens=8192,
+    max_running_requests=8,
+)
+_b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --chunked-prefill-size: SGLang's 16,384)
+    _SRT_SLURM_B200_FP8_8K1K.format("base", "decode", "*"),
+    mem_fraction_static=0.75,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+)
+_B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
+    ((1, 2), 128, (288, 288)),
+    ((1, 1), 256, (160, 288)),
+    ((2, 1), 512, (512, 512)),
+    ((3, 1), 1024, (1024, 1024)),
+)
+_GB200_MAX_TPT_1K1K, _GB200_MAX_TPT_8K1K = ((_K1, _K1, 1024, 4096),), ((_K8, _K1, 512, 6144),)
+_gb200_fp8_max_tpt_prefill = LaunchFlags(  # both lengths: DeepEP normal mode, no CUDA graphs
+    _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "prefill", "fp8", "1k1k"),
+    mem_fraction_static=0.75,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=131072,
+    max_running_requests=30000,
+    max_total_tokens=524288,
+    layout=_DEP8_EP8,
+    search_space=_GB200_MAX_TPT_1K1K,  # "Top of curve" (C 4,096) and "Middle of curve" (C 1,024-4,096)
+)
+_gb200_fp8_max_tpt_decode = LaunchFlags(  # DeepEP low-latency mode; --cuda-graph-bs 1 2 4 8 16 24 ... 384 416 ... 768
+    _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "decode", "fp8", "1k1k"),
+    mem_fraction_static=0.82,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=36864,
+    max_running_requests=45000,
+    cuda_graph_max_bs=768,
+    layout=_DEP32_EP32,
+    search_space=((_K1, _K1, 4096, 4096),),  # "Top of curve": 8 decode nodes (the middle runs 12: attention-DP 48)
+)
+_gb200_fp4_max_tpt_decode = LaunchFlags(  # DeepEP low-latency, flashinfer_cutedsl NVFP4 MoE, --cuda-graph-bs ... 1024
+    _DYNAMO_GB200_MAX_TPT.format("fp4", "1k1k", "decode", "fp4", "1k1k"),
+    mem_fraction_static=0.83,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=786432,
+    max_running_requests=67584,
+    cuda_graph_max_bs=1024,
+    max_total_tokens=3122380,
+    layout=_DEP32_EP32,
+    search_space=((_K1, _K1, 8192, 15000),),  # "Top of curve": 4 prefill workers, 8 decode nodes
+)
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -321,6 +397,145 @@ RECORDED_LAUNCHES: dict[
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
         ("prefill", _ATTENTION_DP4): (replace(_dynamo_gb200, max_total_tokens=_GB200_PREFILL_TOTAL_TOKENS),),
         ("decode", _ATTENTION_DP4): (_dynamo_gb200,),
+        # "Top of curve" 1k/1k (config 236: 2 prefill workers on 2 nodes each, 1 decode worker on 8 nodes) and "Middle
+        # and top of curve" 8k/1k (config 253: 5 prefill workers on 2 nodes each, 1 decode worker on 8): the rows
+        # record attention-DP 8 / MoE TP 8 prefill and attention-DP 32 / MoE TP 32 decode; the scripts launch DeepEP
+        # expert parallelism over every GPU of each engine (EP 8 across two 4-GPU nodes, EP 32 across eight).
+        ("prefill", (1, 8, 8, 1)): (
+            _gb200_fp8_max_tpt_prefill,
+            replace(
+                _gb200_fp8_max_tpt_prefill,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp8", "8k1k", "prefill", "fp8", "8k1k"),
+                mem_fraction_static=0.80,
+                search_space=_GB200_MAX_TPT_8K1K,
+            ),
+        ),
+        ("decode", (1, 32, 32, 1)): (
+            _gb200_fp8_max_tpt_decode,
+            replace(
+                _gb200_fp8_max_tpt_decode,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp8", "8k1k", "decode", "fp8", "8k1k"),
+                max_running_requests=8192,
+                cuda_graph_max_bs=256,
+                search_space=_GB200_MAX_TPT_8K1K,
+            ),
+        ),
+    },
+    # dsr1-fp8-h200-dynamo-sglang 8k/1k "bs128-1p1d-dep" (config 434, C 64-256): 1 prefill engine at TP 8, 1 decode
+    # engine at DP 8 attention / EP 8; no --kv-cache-dtype (SGLang's auto: bf16)
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-07"): {
+        ("prefill", _TP8): (
+            LaunchFlags(
+                _SRT_SLURM_H200_8K1K_BS128.format("prefill"),
+                mem_fraction_static=0.75,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=163840,
+                max_prefill_tokens=163840,
+                max_running_requests=16,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 64, 256),),
+            ),
+        ),
+        ("decode", (1, 8, 1, 8)): (
+            LaunchFlags(  # no --chunked-prefill-size: SGLang's default for the GPU (8,192 on H200)
+                _SRT_SLURM_H200_8K1K_BS128.format("decode"),
+                mem_fraction_static=0.88,
+                kv_cache_dtype=SGLANG_KV_DTYPE,
+                chunked_prefill_size=8192,
+                max_running_requests=256,
+                cuda_graph_max_bs=256,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 64, 256),),
+            ),
+        ),
+    },
+    # dsr1-fp8-b200-dynamo-sglang 8k/1k on 2026-03-18 (configs 639-655): the consolidated recipe's variants, each tied
+    # by its worker counts and concurrencies. Max throughput (zip_override_stp_maxtpt): prefill DP 8 attention / MoE
+    # TP 8, decode DP 8 attention / EP 8 with --max-running-requests = --cuda-graph-max-bs per variant; low latency
+    # 1P4D (zip_override_stp_lowlat[1], config 639): decode TP 8 / EP 1 at 32 running requests.
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-03-18",
+    ): {
+        ("prefill", (1, 8, 8, 1)): tuple(
+            replace(
+                _b200_fp8_8k1k_prefill,
+                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_{name}[{k}]", "prefill", f"{name}_{k}"),
+                workers=workers,
+                search_space=((_K8, _K1, *conc),),
+            )
+            for name, k, workers, conc in (
+                *(("maxtpt", k, w, c) for k, (w, _, c) in enumerate(_B200_FP8_8K1K_MAX_TPT)),
+                ("lowlat", 1, (1, 4), (128, 128)),
+            )
+        ),
+        ("decode", (1, 8, 1, 8)): tuple(
+            replace(
+                _b200_fp8_8k1k_decode,
+                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_maxtpt[{k}]", "decode", f"maxtpt_{k}"),
+                max_running_requests=cap,
+                cuda_graph_max_bs=cap,
+                workers=workers,
+                search_space=((_K8, _K1, *conc),),
+            )
+            for k, (workers, cap, conc) in enumerate(_B200_FP8_8K1K_MAX_TPT)
+        ),
+        ("decode", _TP8): (
+            replace(
+                _b200_fp8_8k1k_decode,
+                script=_SRT_SLURM_B200_FP8_8K1K.format("zip_override_stp_lowlat[1]", "decode", "lowlat_1"),
+                max_running_requests=32,
+                cuda_graph_max_bs=32,
+                workers=(1, 4),
+                search_space=((_K8, _K1, 128, 128),),
+            ),
+        ),
+    },
+    # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
+    # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
+    # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
+    # EP 32. The rows record attention-DP 4 / MoE TP 4 prefill and attention-DP 32 / MoE TP 32 decode.
+    ("deepseek-ai/DeepSeek-V3", "gb200", "fp4", "disagg", "lmsysorg/sglang:v0.5.5.post2", "2025-12-21"): {
+        ("prefill", _ATTENTION_DP4): (
+            LaunchFlags(
+                _DYNAMO_GB200_MAX_TPT.format("fp4", "1k1k", "prefill", "fp4", "1k1k"),
+                mem_fraction_static=0.84,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=65536,
+                max_prefill_tokens=32768,
+                max_running_requests=30000,
+                max_total_tokens=131072,
+                layout=_DEP4_EP4,
+                search_space=((_K1, _K1, 8192, 15000),),
+            ),
+            LaunchFlags(
+                _DYNAMO_GB200_MAX_TPT.format("fp4", "8k1k", "prefill", "fp4", "8k1k"),
+                mem_fraction_static=0.95,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=131072,
+                max_prefill_tokens=524288,
+                max_running_requests=30000,
+                max_total_tokens=131072,
+                layout=_TP4,
+                search_space=((_K8, _K1, 1024, 8192),),
+            ),
+        ),
+        ("decode", (1, 32, 32, 1)): (
+            _gb200_fp4_max_tpt_decode,
+            replace(
+                _gb200_fp4_max_tpt_decode,
+                script=_DYNAMO_GB200_MAX_TPT.format("fp4", "8k1k", "decode", "fp4", "8k1k"),
+                chunked_prefill_size=24576,
+                max_running_requests=16384,
+                cuda_graph_max_bs=512,
+                max_total_tokens=524288,
+                search_space=((_K8, _K1, 1024, 8192),),
+            ),
+        ),
     },
 }
 """Launch flags of deployments whose launch scripts are public, by what the rows record of the deployment
@@ -363,9 +578,15 @@ def recorded_launch(
     if POOL_SOURCE != "sglang" or key is None:
         return None
     for launch in RECORDED_LAUNCHES.get(key, {}).get((role, layout), ()):
+        if launch.workers is not None and launch.workers != (
+            _int(row["prefill_num_workers"]),
+            _int(row["decode_num_workers"]),
+        ):
+            continue
         if launch.search_space is None:
             return launch
-        isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
+        isl, osl = int(row["isl"]), int(row["osl"])
+        conc = int(float(row["batch_size"])) if row["batch_size"] else recorded_concurrency(row)
         if any((isl, osl) == (i, o) and lo <= conc <= hi for i, o, lo, hi in launch.search_space):
             return launch
     return None
@@ -588,20 +809,24 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     For a hybrid linear-attention model (Qwen3.5) SGLang keeps each running request's Gated DeltaNet state in a
     state pool beside the KV pool (:func:`pearl_sched.profiles.aic_engine.sglang_hybrid_pool`): 512 slots with
     ``--disable-radix-cache`` (the InferenceMAX servers), the 0.9 memory-ratio split with the radix cache (SGLang's
-    default, for the rows whose launch flags are not recorded). Other models: the pool from :data:`POOL_SOURCE` and
-    SGLang's cap of 4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their
-    ``--max-running-requests``.
+    default, for the rows whose launch flags are not recorded), from the budget at a recorded launch's
+    ``--mem-fraction-static`` where there is one. Other models: the pool from :data:`POOL_SOURCE` and SGLang's cap of
+    4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their ``--max-running-requests``.
     """
     radix_off = harness is INFERENCEMAX
     key = (id(engine), radix_off, POOL_SOURCE)
+    launch = LAUNCHES.get(id(engine))
     if key not in _SERVER_MEMORY:
-        hybrid = engine.sglang_hybrid_pool(disable_radix_cache=radix_off, pool_source=POOL_SOURCE)
+        hybrid = engine.sglang_hybrid_pool(
+            disable_radix_cache=radix_off,
+            pool_source=POOL_SOURCE,
+            mem_fraction_static=launch.mem_fraction_static if launch is not None else None,
+        )
         if hybrid is None:
             _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
         else:
             _SERVER_MEMORY[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
     pool, running = _SERVER_MEMORY[key]
-    launch = LAUNCHES.get(id(engine))
     if launch is not None and launch.max_running_requests is not None:
         running = min(running, launch.max_running_requests)
     return pool, running
@@ -714,6 +939,18 @@ def _side(row: dict[str, str], role: str) -> tuple[int, int, int | None, int | N
     """(TP, attention-DP, MoE TP, EP) of one role of a disaggregated row (``prefill_…`` / ``decode_…`` columns)."""
     tp, adp, moe_tp, moe_ep = (_int(row[f"{role}_{name}"]) for name in DISAGG_LAYOUT_FIELDS)
     return tp or 1, adp or 1, moe_tp, moe_ep
+
+
+def runs_prebuilt_step(backend_version: str) -> bool:
+    """Whether an SGLang decode server of this version sits out a step to take in newly transferred requests.
+
+    SGLang 0.5.5 to 0.5.9 (``SchedulerDisaggregationDecodeMixin.get_next_disagg_decode_batch_to_run`` in
+    ``disaggregation/decode.py``) run a new prebuilt batch instead of the running batch and merge it at the next
+    iteration; 0.5.10 merges it and decodes in the same iteration (:attr:`pearl_sched.sim.replay.PDRole.prebuilt_step`).
+    False for a version the row does not record.
+    """
+    numbers = re.findall(r"\d+", backend_version)[:3]
+    return len(numbers) == 3 and tuple(int(n) for n in numbers) < (0, 5, 10)
 
 
 def _has_workers(row: dict[str, str]) -> bool:
@@ -903,7 +1140,8 @@ def disagg_rows(
             layout = launch.layout if launch is not None and launch.layout is not None else side
             engine = _engine(deployment, cache, layout, ROLE_PHASES[role], harness_of(deployment, repeats), launch)
             if isinstance(engine, str):
-                skipped[f"{row['model_path']} {row['system']} {role} {side}: {engine}"[:240]] += 1
+                launched = f" {layout} as its launch script ran it (the row records {side})" if layout != side else ""
+                skipped[f"{row['model_path']} {row['system']} {role}{launched or f' {side}'}: {engine}"[:240]] += 1
                 break
             gpu_memory = engine.gpu_memory_bytes()
             gpus = engine.tp * engine.attention_dp
@@ -922,6 +1160,12 @@ def disagg_rows(
                     ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
+                    max_running_requests=launch.max_running_requests // engine.attention_dp
+                    if launch and launch.max_running_requests
+                    else None,
+                    prebuilt_step=role == "decode"
+                    and POOL_SOURCE == "sglang"  # aiconfigurator-core's pool source reproduces the previous rounds
+                    and runs_prebuilt_step(deployment.get("backend_version", "")),
                 )
             )
         if len(roles) < 2:
@@ -970,7 +1214,9 @@ def aic_decode_estimate_rows(
     … ISL + OSL − 1, without the 1.08 decode correction ``cli_estimate`` multiplies in), through this project's
     engine call on the decode role, which ``tests/test_aic_engine.py`` checks equals aiconfigurator's own result. Not
     a replay: no prefill, no scheduling. It covers rows whose prefill role aiconfigurator refuses, so it shows the
-    engine's decode data on rows the replay cannot run.
+    engine's decode data on rows the replay cannot run. The decode engine is at the layout the deployment's recorded
+    launch script ran (:attr:`LaunchFlags.layout`) where it differs from the row's columns; its pool and KV dtype stay
+    SGLang's defaults.
     """
     twins = deployment_twins(rows)
     out: list[Row] = []
@@ -980,9 +1226,11 @@ def aic_decode_estimate_rows(
         if row["mode"] != "disagg" or deployment is None or not deployment["decode_batch_size"]:
             continue
         side = _side(deployment, "decode")
-        engine = _engine(deployment, cache, side, ROLE_PHASES["decode"], harness_of(deployment, repeats))
+        launch = recorded_launch(deployment, "decode", side)
+        layout = launch.layout if launch is not None and launch.layout is not None else side
+        engine = _engine(deployment, cache, layout, ROLE_PHASES["decode"], harness_of(deployment, repeats))
         if isinstance(engine, str):
-            failed[f"{row['model_path']} {row['system']} decode {side}: {engine}"[:120]] += 1
+            failed[f"{row['model_path']} {row['system']} decode {layout}: {engine}"[:120]] += 1
             continue
         isl, osl, batch = int(row["isl"]), int(row["osl"]), int(deployment["decode_batch_size"])
         contexts = range(isl + 1, isl + max(osl, 2))

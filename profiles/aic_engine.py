@@ -868,14 +868,20 @@ class AicStepTimes:
         return float(model.get_kvcache_bytes_per_sequence(0))
 
     def sglang_hybrid_pool(
-        self, *, disable_radix_cache: bool, max_running_requests: int | None = None, pool_source: str = "aiconfigurator"
+        self,
+        *,
+        disable_radix_cache: bool,
+        max_running_requests: int | None = None,
+        pool_source: str = "aiconfigurator",
+        mem_fraction_static: float | None = None,
     ) -> HybridPool | None:
         """SGLang's state and KV pools of one rank for a hybrid linear-attention model; None for other models.
 
         The budget is ``pool_source``'s (:meth:`kv_capacity_tokens`: aiconfigurator-core's ``total_kv_size_bytes`` at
         its SGLang ``mem_fraction_static``, or SGLang's :meth:`sglang_kv_budget_bytes`), split as SGLang splits it
         (:func:`sglang_hybrid_pool`). aiconfigurator-core's own token count charges the whole budget to the KV pool
-        less one request's state, as if no state pool existed.
+        less one request's state, as if no state pool existed. ``mem_fraction_static``: a launch's
+        ``--mem-fraction-static`` (None: SGLang's default for the engine, or aiconfigurator-core's derivation of it).
         """
         if self.backend != "sglang":
             raise AicCoverageError("sglang_hybrid_pool models SGLang's memory pools only")
@@ -885,9 +891,10 @@ class AicStepTimes:
         model = self._aic_model()
         per_token = float(model.get_kvcache_bytes_per_sequence(1)) - state
         if pool_source == "sglang":
-            budget = self.sglang_kv_budget_bytes()
+            budget = self.sglang_kv_budget_bytes(mem_fraction_static)
         elif pool_source == "aiconfigurator":
-            budget = float(self._kv_estimate(self._sglang_fraction())["total_kv_size_bytes"])
+            fraction = self._sglang_fraction() if mem_fraction_static is None else mem_fraction_static
+            budget = float(self._kv_estimate(fraction)["total_kv_size_bytes"])
         else:
             raise AicCoverageError(f"unknown KV pool source {pool_source!r}; known: {', '.join(KV_POOL_SOURCES)}")
         return sglang_hybrid_pool(

@@ -336,6 +336,13 @@ def test_qwen35_state_and_pools_by_hand() -> None:
     # aiconfigurator-core's own count charges the whole budget to KV less one request's state
     assert qwen35.kv_capacity_tokens() == int((budget - state) // per_token) > pool.kv_tokens
     assert AicStepTimes("qwen3-8b", "h200_sxm", tp=2).sglang_hybrid_pool(disable_radix_cache=True) is None
+    # a launch's --mem-fraction-static (InferenceX qwen3.5_fp8_b200.sh: MEM_FRAC_STATIC=0.82): SGLang's budget at it
+    recorded = qwen35.sglang_hybrid_pool(disable_radix_cache=True, pool_source="sglang", mem_fraction_static=0.82)
+    assert recorded is not None
+    by_hand = qwen35.gpu_memory_bytes() * 0.82 - qwen35.sglang_weights_bytes()
+    assert recorded.kv_tokens == int((by_hand - 512 * state) // per_token)
+    default = qwen35.sglang_hybrid_pool(disable_radix_cache=True, pool_source="sglang")
+    assert default is not None and default.kv_tokens != recorded.kv_tokens
 
 
 # -- the KV pool as SGLang derives it (docs/validation.md, "The KV pool") --------------------------------------------

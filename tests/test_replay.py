@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pearl_sched.sim.replay import (
+    DisaggReplayResult,
     PDRole,
     ReplayError,
     benchmark_lengths,
@@ -360,3 +362,72 @@ def test_disagg_refuses_impossible_sizes() -> None:
         replay_disagg_closed_loop(*_pd(FakeSteps(), FakeSteps(), decode_pool=1_000), isl=900, osl=10, concurrency=1)
     with pytest.raises(ReplayError, match="workers"):
         replay_disagg_closed_loop(*_pd(FakeSteps(), FakeSteps(), decode_workers=0), isl=10, osl=10, concurrency=1)
+
+
+def _two_rank_run(seed: int, prebuilt_step: bool, ranks: int = 2) -> DisaggReplayResult:
+    prefill = PDRole(FakeSteps(), 1, 1, 1_000_000, kv_bytes_per_token=1000.0, link_bytes_per_s=1e7)
+    decode = PDRole(FakeSteps(), 1, ranks, 1_000_000, prebuilt_step=prebuilt_step)
+    return replay_disagg_closed_loop(prefill, decode, isl=100, osl=20, concurrency=2, rounds=1, seed=seed)
+
+
+def test_disagg_prebuilt_iteration_costs_an_attention_dp_rank_one_step_by_hand() -> None:
+    # SGLang 0.5.5-0.5.9: a rank that takes in a transferred request runs that prebuilt batch instead of its
+    # running batch, with an idle forward while the other ranks decode. Both prompts prefill in one 30 ms batch and
+    # cross the link one after the other (10 ms each): the first reaches its rank at 40 ms with nothing else running
+    # (no step is lost), the second reaches the other rank during the first's decode steps, so its rank sits out one
+    # step of the first rank (5.01 ms at batch 1) before it decodes
+    seed = next(s for s in range(20) if _two_rank_run(s, False).decode_rank_requests == [1, 1])
+    merged, prebuilt = _two_rank_run(seed, False), _two_rank_run(seed, True)
+    assert (merged.skipped_rank_steps, prebuilt.skipped_rank_steps) == (0, 1)
+    assert prebuilt.decode_steps == merged.decode_steps + 1
+    first, second = sorted(range(2), key=lambda k: merged.per_request[k][2])
+    assert prebuilt.per_request[first] == merged.per_request[first]
+    assert prebuilt.per_request[second][2] == pytest.approx(merged.per_request[second][2] + 0.00501)
+    assert prebuilt.per_request[second][0] == merged.per_request[second][0]  # the first token is not later
+
+
+def test_disagg_prebuilt_iteration_costs_nothing_on_one_rank_or_one_busy_rank() -> None:
+    # one rank (plain TP): the prebuilt iteration runs no forward; two requests on one rank: no other rank steps
+    for seed in range(4):
+        one = _two_rank_run(seed, False, ranks=1), _two_rank_run(seed, True, ranks=1)
+        assert one[0].per_request == one[1].per_request and one[1].skipped_rank_steps == 0
+    seed = next(s for s in range(20) if 0 in _two_rank_run(s, False).decode_rank_requests)
+    assert _two_rank_run(seed, True).per_request == _two_rank_run(seed, False).per_request
+
+
+def test_disagg_prebuilt_iterations_finish_every_request_with_ttft_phases_intact() -> None:
+    prefill, _ = _pd(FakeSteps(), FakeSteps(), prefill_ranks=4)
+    decode = PDRole(FakeSteps(), 2, 8, 20_000, prebuilt_step=True)
+    res = replay_disagg_closed_loop(prefill, decode, isl=1000, osl=200, concurrency=64, rounds=3, range_ratio=0.8)
+    assert res.skipped_rank_steps > 0 and res.requests == 192
+    assert all(not math.isnan(e2e) for _, _, e2e in res.per_request)
+    assert res.ttft_s == pytest.approx(
+        res.prealloc_wait_s + res.prefill_queue_s + res.prefill_run_s + res.transfer_s + res.join_wait_s
+    )
+    assert res.max_used_tokens <= 20_000
+
+
+def test_disagg_running_caps_bound_the_prefill_batch_and_the_decode_rank() -> None:
+    # --max-running-requests per rank: a prefill batch holds at most that many prompts (three arrive at once: the
+    # first prefills alone, the other two in one batch uncapped, in two at a cap of 1); a decode rank's running batch
+    # stops there and a transferred request waits, holding its KV, until the one before it finishes
+    # (get_new_prebuilt_batch)
+    def run(prefill_cap: int | None, decode_cap: int | None) -> DisaggReplayResult:
+        prefill = PDRole(FakeSteps(), 1, 1, 1_000_000, max_running_requests=prefill_cap)
+        decode = PDRole(FakeSteps(), 1, 1, 1_000_000, max_running_requests=decode_cap)
+        return replay_disagg_closed_loop(prefill, decode, isl=100, osl=20, concurrency=3, rounds=1)
+
+    free, one_prompt, one_running = run(None, None), run(1, None), run(None, 1)
+    assert (free.prefill_steps, one_prompt.prefill_steps) == (2, 3)
+    assert (free.max_decode_rank_batch, one_running.max_decode_rank_batch) == (3, 1)
+    assert one_running.join_wait_s > 0.05 > free.join_wait_s  # a whole generation against part of a step
+    by_ttft = sorted(one_running.per_request, key=lambda r: r[0])
+    for before, after in itertools.pairwise(by_ttft):
+        assert after[0] == pytest.approx(before[2])  # its first token comes when the one before it finished
+    assert one_running.ttft_s == pytest.approx(
+        one_running.prealloc_wait_s
+        + one_running.prefill_queue_s
+        + one_running.prefill_run_s
+        + one_running.transfer_s
+        + one_running.join_wait_s
+    )

@@ -293,22 +293,37 @@ class FakeHybridEngine:
     def __init__(self) -> None:
         self.asked: list[bool] = []
         self.sources: list[str] = []
+        self.fractions: list[float | None] = []
 
-    def sglang_hybrid_pool(self, *, disable_radix_cache: bool, pool_source: str) -> object:
+    def sglang_hybrid_pool(
+        self, *, disable_radix_cache: bool, pool_source: str, mem_fraction_static: float | None
+    ) -> object:
         from pearl_sched.profiles.aic_engine import HybridPool
 
         self.asked.append(disable_radix_cache)
         self.sources.append(pool_source)
+        self.fractions.append(mem_fraction_static)
         return HybridPool(kv_tokens=1000 if disable_radix_cache else 500, state_slots=512, max_running_requests=7)
 
 
 def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     engine = FakeHybridEngine()
+    for radix_off in (True, False):  # server_memory caches by id(engine): an id a collected engine may have left
+        validate._SERVER_MEMORY.pop((id(engine), radix_off, "sglang"), None)
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert engine.asked == [True, False]  # one pool per engine and setting
     assert engine.sources == ["sglang", "sglang"]  # SGLang's own derivation unless --pool-source says otherwise
+    assert engine.fractions == [None, None]  # SGLang's default fraction: no launch recorded for this engine
+    recorded = FakeHybridEngine()
+    validate.LAUNCHES[id(recorded)] = validate._dsr1_fp8_b200_tp8
+    validate._SERVER_MEMORY.pop((id(recorded), True, "sglang"), None)  # an id a collected engine may have cached
+    try:
+        assert validate.server_memory(recorded, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
+    finally:
+        del validate.LAUNCHES[id(recorded)]
+    assert recorded.fractions == [0.82]  # a recorded launch's --mem-fraction-static reaches the hybrid pool
 
 
 def _agg_row(model: str, system: str, tp: str, gemm: str = "", moe: str = "") -> dict[str, str]:
@@ -522,3 +537,109 @@ def test_the_b300_deepseek_rows_replay_with_the_scripts_added_with_their_configs
         ("fp4", (8, 1, 1, 8)): (0.85, 256, 16384),
     }
     assert len(rows) == 31
+
+
+def test_the_gb200_max_throughput_rows_run_at_the_scripts_deepep_layout_or_are_refused() -> None:
+    # configs 236 / 253 (FP8) and 254 / 259 (FP4), GB200, SGLang 0.5.5.post2, 2025-12-21: the rows record decode
+    # attention-DP 32 / MoE TP 32; the max-tpt scripts at dynamo b7107d008 launch --tp-size = --dp-size = the engine's
+    # GPUs with --enable-dp-attention and --moe-a2a-backend deepep (SGLang sets ep_size = tp_size) or --ep-size: EP 32
+    # decode, EP 8 FP8 prefill across two nodes. aiconfigurator-core 0.12.0 has wide-EP data for FP8 at EP 32, none
+    # at EP 8 and none for NVFP4, so every one of the 17 rows is refused with the layout its script ran
+    configs = ("_cfg236", "_cfg253", "_cfg254", "_cfg259")
+    all_rows = validate.sglang_silicon_rows()
+    twins = validate.deployment_twins(all_rows)
+    rows = [
+        r
+        for r in all_rows
+        if r["mode"] == "disagg"
+        and (r["id"].endswith(configs) or twins.get(r["id"], {}).get("id", "").endswith(configs))
+    ]
+    assert len(rows) == 17
+    for r in rows:
+        deployment = twins.get(r["id"], r)
+        decode = validate.recorded_launch(deployment, "decode", validate._side(deployment, "decode"))
+        assert decode is not None and decode.layout == (1, 32, 1, 32) and decode.kv_cache_dtype == "fp8"
+        assert "max-tpt.sh (decode) at b7107d008" in decode.script
+        prefill = validate.recorded_launch(deployment, "prefill", validate._side(deployment, "prefill"))
+        assert prefill is not None
+        expected = {"fp8": (1, 8, 1, 8), "fp4": (1, 4, 1, 4) if r["isl"] == "1024" else (4, 1, 4, 1)}
+        assert prefill.layout == expected[r["precision"]]
+    (c4096,) = [r for r in rows if r["id"].endswith("_c4096_cfg236")]
+    launch = validate.recorded_launch(c4096, "decode", (1, 32, 32, 1))
+    assert launch is not None
+    flags = (launch.mem_fraction_static, launch.max_running_requests, launch.cuda_graph_max_bs)
+    assert flags == (0.82, 45000, 768)
+    out, skipped = validate.disagg_rows(rows, {})
+    assert out == [] and sum(skipped.values()) == 17
+    fp8 = "prefill (1, 8, 1, 8) as its launch script ran it (the row records (1, 8, 8, 1)): no large-EP data"
+    fp4 = "decode (1, 32, 1, 32) as its launch script ran it (the row records (1, 32, 32, 1)): no large-EP data"
+    assert sum(n for reason, n in skipped.items() if fp8 in reason and "MoE fp8_block" in reason) == 9
+    assert sum(n for reason, n in skipped.items() if fp4 in reason and "MoE nvfp4" in reason) == 8
+    # the same layout on aiconfigurator-core's pool source: no record applies, the rows keep their columns
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recorded_launch(c4096, "decode", (1, 32, 32, 1)) is None
+    finally:
+        validate.set_pool_source("sglang")
+
+
+def test_decode_servers_before_0_5_10_sit_out_a_step_for_transferred_requests() -> None:
+    # disaggregation/decode.py: 0.5.5-0.5.9 run a new prebuilt batch instead of the running batch; 0.5.10 merges it
+    assert all(validate.runs_prebuilt_step(v) for v in ("0.5.5.post2", "0.5.6.post2", "0.5.8", "0.5.8.post1", "0.5.9"))
+    assert not any(validate.runs_prebuilt_step(v) for v in ("0.5.10", "0.5.10.post1", "0.6.0", ""))
+
+
+def test_the_kv_bound_deepseek_pd_rows_run_with_their_srt_slurm_recipes() -> None:
+    # H200 config 434 (2026-02-07): bs128-1p1d-dep.yaml, decode --mem-fraction-static 0.88, bf16 KV (no
+    # --kv-cache-dtype), --max-running-requests 256 over DP 8 = 32 per rank; B200 configs 641 / 649 / 655
+    # (2026-03-18): 8k1k.yaml's max-throughput variants, told apart by their worker counts (C 288 ran as 1P1D at
+    # 256 and as 1P2D at 128 running requests), FP8 KV at 0.75
+    rows = {
+        r["id"]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].endswith(("_c256_cfg434", "_c288_cfg641", "_c288_cfg649", "_c1024_cfg655"))
+    }
+    assert len(rows) == 4
+    caps = {}
+    for row_id, row in rows.items():
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        assert decode is not None and prefill is not None and decode.layout is None
+        caps[row_id.rsplit("_", 1)[-1]] = (
+            decode.mem_fraction_static,
+            decode.kv_cache_dtype,
+            decode.max_running_requests,
+        )
+        assert ("bs128-1p1d-dep.yaml" if "h200" in row_id else "8k1k.yaml") in decode.script
+    assert caps == {
+        "cfg434": (0.88, "bfloat16", 256),
+        "cfg641": (0.75, "fp8", 256),
+        "cfg649": (0.75, "fp8", 128),
+        "cfg655": (0.75, "fp8", 1024),
+    }
+    other_workers = {**rows["dsr1_b200_sglang_fp8_disagg_8192x1024_c1024_cfg655"], "prefill_num_workers": "2"}
+    assert validate.recorded_launch(other_workers, "decode", (1, 8, 1, 8)) is None
+    out, skipped = validate.disagg_rows([rows["dsr1_b200_sglang_fp8_disagg_8192x1024_c1024_cfg655"]], {})
+    assert not skipped
+    (item,) = out
+    assert item.roles is not None
+    prefill_role, decode_role = item.roles
+    assert (prefill_role.max_running_requests, decode_role.max_running_requests) == (1, 128)  # // DP 8
+    assert decode_role.prebuilt_step and not prefill_role.prebuilt_step  # SGLang 0.5.8.post1
+    steps = decode_role.steps
+    assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
+    per_token = steps.memory_breakdown().kv_bytes_per_token
+    assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.75 - steps.sglang_weights_bytes()) // per_token
+
+
+def test_aic_decode_estimate_takes_the_layout_the_launch_script_ran() -> None:
+    # config 236's decode engine ran DeepEP EP 32: aiconfigurator prices it on its large-EP graph (FP8 covered);
+    # config 259's NVFP4 decode at EP 32 is not covered and is refused with the launched layout
+    rows = [r for r in validate.sglang_silicon_rows() if r["id"].endswith(("_c4096_cfg236", "_c8192_cfg259"))]
+    assert len(rows) == 2
+    out, failed = validate.aic_decode_estimate_rows(rows, {})
+    (row,) = out
+    assert row.row_id.endswith("_c4096_cfg236")
+    assert row.sim_tpot_s == pytest.approx(0.0259, rel=0.02)  # 32.8 ms measured; 58.0 ms at the recorded MoE TP 32
+    (reason,) = failed
+    assert "decode (1, 32, 1, 32): no large-EP data" in reason and "nvfp4" in reason

@@ -509,6 +509,13 @@ class PDRole:
         cuda_graph_bs: Captured decode batch sizes (decode role; empty: no padding).
         kv_bytes_per_token: KV bytes one rank holds per token, over all its GPUs (what crosses the link).
         link_bytes_per_s: One rank's P→D bandwidth (its GPUs' links together), prefill role.
+        max_running_requests: One rank's ``--max-running-requests`` (``// --dp-size`` with attention-DP): the most
+            requests in one prefill batch, and in a decode rank's running batch (transferred requests beyond it
+            wait, holding their KV, until a slot frees: ``get_new_prebuilt_batch``). None: no cap.
+        prebuilt_step: Decode role of SGLang 0.5.5–0.5.9: a rank whose newly transferred (or resumed) requests
+            enter its batch spends that scheduler iteration on them, so its running requests skip the step; with
+            attention-DP the rank runs an idle forward for the other ranks' step (False: SGLang ≥ 0.5.10, which
+            merges them and decodes in the same iteration).
     """
 
     steps: StepTimes
@@ -520,6 +527,8 @@ class PDRole:
     cuda_graph_bs: tuple[int, ...] = ()
     kv_bytes_per_token: float = 0.0
     link_bytes_per_s: float = math.inf
+    max_running_requests: int | None = None
+    prebuilt_step: bool = False
 
 
 @dataclass
@@ -548,6 +557,8 @@ class DisaggReplayResult(ReplayResult):
     The five phases add up to :attr:`ttft_s`."""
     resumes: int = 0
     """Retracted (offloaded) requests brought back into a decode batch (each retraction is one offload)."""
+    skipped_rank_steps: int = 0
+    """Decode steps a rank with running requests sat out on a prebuilt iteration (:attr:`PDRole.prebuilt_step`)."""
     makespan_s: float = 0.0
     """Seconds from the first arrival to the last request's end."""
     prefill_busy: float = 0.0
@@ -611,7 +622,13 @@ def replay_disagg_closed_loop(
       rank's link, FCFS;
     * the request joins the decode rank's batch at its next step with its first token (the one the prefill
       sampled; TTFT ends there) and decodes the rest; a decode rank short of KV retracts its least advanced
-      requests, which are offloaded and resumed first, without a new prefill.
+      requests, which are offloaded and resumed first, without a new prefill;
+    * with ``decode.prebuilt_step`` (SGLang 0.5.5–0.5.9, ``get_next_disagg_decode_batch_to_run``: a new prebuilt
+      batch is run *instead of* the running batch, and merged into it at the next iteration), a rank of an
+      attention-DP engine whose requests joined runs no decode that step: it takes part in the other ranks' step
+      with an idle forward (``prepare_mlp_sync_batch_raw``'s ``inner_idle_batch``), so its running requests wait
+      one step. Where no rank that decodes has running requests, or the engine has one rank, the prebuilt
+      iteration runs no forward and costs no step.
 
     An engine's ranks run in lock-step (the MoE layers' all-to-all): one step of a prefill engine lasts as long
     as its slowest rank's prefill batch; a decode step runs every rank at the largest rank batch, padded to the
@@ -645,6 +662,7 @@ def replay_disagg_closed_loop(
             max_prefill_tokens=prefill.max_prefill_tokens,
             reserve_new_tokens=False,
             new_token_ratio=0.0,
+            max_running_requests=prefill.max_running_requests or SGLangDefaultScheduler.max_running_requests,
         )
         for _ in range(prefill.workers * prefill.ranks)
     ]
@@ -664,12 +682,13 @@ def replay_disagg_closed_loop(
     per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
     counts_p = [0] * len(p_ranks)
     counts_d = [0] * len(d_ranks)
-    sent = done = timed = prefill_steps = decode_steps = max_used = max_batch = retractions = resumes = 0
+    sent = done = timed = prefill_steps = decode_steps = max_used = max_batch = retractions = resumes = skipped = 0
     ttft_sum = tpot_sum = e2e_sum = transferred = 0.0
     phase_sums = [0.0] * 5  # prealloc wait, prefill queue, prefill run, transfer, join wait
     prefill_busy_s = decode_busy_s = batch_sum = makespan = 0.0
     next_p = next_d = 0
     running_p: dict[int, list[list[tuple[_Request, int, int]]]] = {}
+    prebuilt_of: dict[int, list[bool]] = {}  # decode worker -> its ranks on a prebuilt iteration this step
 
     def send(now: float) -> None:
         nonlocal sent, next_p, next_d
@@ -756,20 +775,32 @@ def replay_disagg_closed_loop(
         d_ranks[job.decode_rank].arrived.append(job)
         start_decode(job.decode_rank // decode.ranks, now)
 
+    decode_cap = decode.max_running_requests or math.inf
+
     def start_decode(worker: int, now: float) -> None:
-        nonlocal decode_steps, max_used, max_batch, retractions, resumes, decode_busy_s, batch_sum
+        nonlocal decode_steps, max_used, max_batch, retractions, resumes, decode_busy_s, batch_sum, skipped
         if d_busy[worker]:
             return
         ranks = d_ranks[worker * decode.ranks : (worker + 1) * decode.ranks]
+        prebuilt = [False] * len(ranks)
         for offset, rank in enumerate(ranks):
             s = rank.sched
-            while rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank):
+            fits = len(s.running) < decode_cap
+            prebuilt[offset] = fits and (
+                bool(rank.arrived)
+                or bool(rank.resume and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank))
+            )
+            while (
+                rank.resume
+                and len(s.running) < decode_cap
+                and rank.resume[0].kv + NUM_RESERVED_DECODE_TOKENS <= room_left(rank)
+            ):
                 back = rank.resume.popleft()
                 resumes += 1
                 s.used_tokens += back.kv
                 back.generated -= 1  # join counts the prefill's token; a resumed request has it already
                 s.join(back)
-            while rank.arrived:
+            while rank.arrived and len(s.running) < decode_cap:
                 job = rank.arrived.popleft()
                 new = job.req
                 assert new is not None
@@ -788,11 +819,20 @@ def replay_disagg_closed_loop(
                     victim = s.waiting.popleft()
                     victim.kv = victim.target
                     rank.resume.append(victim)
-        busiest = max(len(rank.sched.running) for rank in ranks)
+        stepping = [rank for rank, built in zip(ranks, prebuilt, strict=True) if not built]
+        if not (decode.prebuilt_step and decode.ranks > 1) or not any(rank.sched.running for rank in stepping):
+            # one rank, or no rank left to decode: the prebuilt iteration runs no forward, the next one decodes all
+            prebuilt = [False] * len(ranks)
+            stepping = ranks
+        busiest = max(len(rank.sched.running) for rank in stepping)
         if not busiest:
             return
-        n = sum(len(rank.sched.running) for rank in ranks)
-        context = sum(rank.sched.mean_context() * len(rank.sched.running) for rank in ranks if rank.sched.running) / n
+        skipped += sum(1 for rank, built in zip(ranks, prebuilt, strict=True) if built and rank.sched.running)
+        prebuilt_of[worker] = prebuilt
+        n = sum(len(rank.sched.running) for rank in stepping)
+        context = (
+            sum(rank.sched.mean_context() * len(rank.sched.running) for rank in stepping if rank.sched.running) / n
+        )
         duration = decode.steps.decode_s(ranks[0].sched.graph_batch(busiest), context)
         max_batch = max(max_batch, busiest)
         max_used = max(max_used, *(rank.sched.used_tokens + rank.reserved_tokens for rank in ranks))
@@ -806,9 +846,10 @@ def replay_disagg_closed_loop(
         nonlocal done, timed, ttft_sum, tpot_sum, e2e_sum, makespan
         d_busy[worker] = False
         finished: list[_Request] = []
-        for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
+        prebuilt = prebuilt_of.pop(worker)
+        for offset, r in enumerate(range(worker * decode.ranks, (worker + 1) * decode.ranks)):
             s = d_ranks[r].sched
-            if s.running:
+            if s.running and not prebuilt[offset]:
                 s.decode_step()
                 finished += s.finished()
         for req in finished:
@@ -866,6 +907,7 @@ def replay_disagg_closed_loop(
         transfer_s=phase_sums[3] / total,
         join_wait_s=phase_sums[4] / total,
         resumes=resumes,
+        skipped_rank_steps=skipped,
         makespan_s=makespan,
         prefill_busy=prefill_busy_s / (makespan * prefill.workers) if makespan else 0.0,
         decode_busy=decode_busy_s / (makespan * decode.workers) if makespan else 0.0,
