@@ -325,7 +325,7 @@ def measured_accuracy(limit: int) -> None:
             skipped += 1
             continue
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
-        pool = float(validate.POOLS[id(engine)])
+        pool = float(validate.POOLS[engine])
         measured = float(row["silicon_ttft_ms"]) / 1e3 + (osl - 1) * float(row["silicon_tpot_ms"]) / 1e3
         try:
             device = fit_device(

@@ -56,6 +56,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from sklearn.metrics import mean_absolute_percentage_error
@@ -82,6 +83,7 @@ from pearl_sched.sim.replay import (
     sglang_cuda_graph_batch_sizes,
 )
 from pearl_sched.sim.setting import STEP_OVERHEAD_S
+from pearl_sched.sim.steptimes import StepTimes
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -100,8 +102,9 @@ POOL_SOURCE = "sglang"
 """Where every row's KV pool comes from (``--pool-source``, :data:`pearl_sched.profiles.aic_engine.KV_POOL_SOURCES`):
 SGLang's own derivation (``profile_max_num_token`` at its default ``mem_fraction_static``, weights from
 aiconfigurator-core's model at the row's precision) or aiconfigurator-core's estimate. One source for every row."""
-POOLS: dict[int, int] = {}
-"""KV pool tokens of each engine built here (from :data:`POOL_SOURCE`)."""
+POOLS: WeakKeyDictionary[AicStepTimes, int] = WeakKeyDictionary()
+"""KV pool tokens of each engine built here (from :data:`POOL_SOURCE`); weak keys, so a collected engine's entry goes
+with it (an ``id()`` key could be reused by a later engine and hand it the old pool)."""
 
 
 def set_pool_source(source: str) -> None:
@@ -112,7 +115,7 @@ def set_pool_source(source: str) -> None:
     POOL_SOURCE = source
 
 
-_SERVER_MEMORY: dict[tuple[int, bool, str], tuple[int, int]] = {}
+_SERVER_MEMORY: WeakKeyDictionary[AicStepTimes, dict[tuple[bool, str], tuple[int, int]]] = WeakKeyDictionary()
 POOL_SOURCE_NOTES = {
     "sglang": "KV pool as SGLang's profile_max_num_token derives it: memory x default mem_fraction_static - weights",
     "aiconfigurator": "KV pool from aiconfigurator-core's estimate_kv_cache: the same budget less its activation,"
@@ -545,8 +548,8 @@ docs/validation.md, "Rows replayed with their recorded launch flags". Each recor
 rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
 pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
-LAUNCHES: dict[int, LaunchFlags] = {}
-"""The recorded launch flags of each engine built here with them (by ``id(engine)``)."""
+LAUNCHES: WeakKeyDictionary[StepTimes, LaunchFlags] = WeakKeyDictionary()
+"""The recorded launch flags of each engine built here with them (weak keys, as :data:`POOLS`)."""
 
 
 def launch_key(row: dict[str, str]) -> tuple[str, ...] | None:
@@ -787,11 +790,11 @@ def _engine(
                 phases=phases,
             )
             if launch is None:
-                POOLS[id(engine)] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
+                POOLS[engine] = engine.kv_capacity_tokens(pool_source=POOL_SOURCE)
             else:
                 pool = engine.kv_capacity_tokens(launch.mem_fraction_static, pool_source=POOL_SOURCE)
-                POOLS[id(engine)] = min(pool, launch.max_total_tokens or pool)
-                LAUNCHES[id(engine)] = launch
+                POOLS[engine] = min(pool, launch.max_total_tokens or pool)
+                LAUNCHES[engine] = launch
             if WORLD_STEP_OVERHEAD:  # the rollout world's per-step framework seconds on every step (a sensitivity)
                 engine.calibration = StepTimeCalibration(scale=1.0, overhead_s=STEP_OVERHEAD_S)
             cache[key] = engine
@@ -814,19 +817,20 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     4,096. An engine built with recorded launch flags (:data:`LAUNCHES`) is capped at their ``--max-running-requests``.
     """
     radix_off = harness is INFERENCEMAX
-    key = (id(engine), radix_off, POOL_SOURCE)
-    launch = LAUNCHES.get(id(engine))
-    if key not in _SERVER_MEMORY:
+    key = (radix_off, POOL_SOURCE)
+    launch = LAUNCHES.get(engine)
+    memory = _SERVER_MEMORY.setdefault(engine, {})
+    if key not in memory:
         hybrid = engine.sglang_hybrid_pool(
             disable_radix_cache=radix_off,
             pool_source=POOL_SOURCE,
             mem_fraction_static=launch.mem_fraction_static if launch is not None else None,
         )
         if hybrid is None:
-            _SERVER_MEMORY[key] = (POOLS[id(engine)], 4096)
+            memory[key] = (POOLS[engine], 4096)
         else:
-            _SERVER_MEMORY[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
-    pool, running = _SERVER_MEMORY[key]
+            memory[key] = (hybrid.kv_tokens, hybrid.max_running_requests)
+    pool, running = memory[key]
     if launch is not None and launch.max_running_requests is not None:
         running = min(running, launch.max_running_requests)
     return pool, running
@@ -859,7 +863,7 @@ def replay_aggregated(
         The replay and the server's KV pool in tokens (what decides whether the row is KV-bound).
     """
     pool, running = server_memory(engine, harness)
-    launch = LAUNCHES.get(id(engine))
+    launch = LAUNCHES.get(engine)
     res = replay_closed_loop(
         engine,
         isl=isl,
@@ -1150,7 +1154,7 @@ def disagg_rows(
                     engine,
                     workers=int(deployment[f"{role}_num_workers"]),
                     ranks=engine.attention_dp,
-                    pool_tokens=POOLS[id(engine)],
+                    pool_tokens=POOLS[engine],
                     chunked_prefill_size=launch.chunked_prefill_size
                     if launch
                     else sglang_chunked_prefill_size(gpu_memory),
@@ -1530,11 +1534,11 @@ def launch_note_lines(replayed: list[Replayed], disagg: list[DisaggReplayed]) ->
     """``validate-note`` lines naming the replayed rows that ran with recorded launch flags, by mode and script."""
     counts: Counter[tuple[str, str, str]] = Counter()
     for item in replayed:
-        launch = LAUNCHES.get(id(item.engine))
+        launch = LAUNCHES.get(item.engine)
         if launch is not None:
             counts["agg", launch.script, _describe_flags(launch)] += 1
     for d in disagg:
-        flags = [LAUNCHES.get(id(role.steps)) for role in d.roles or ()]
+        flags = [LAUNCHES.get(role.steps) for role in d.roles or ()]
         recorded = [f for f in flags if f is not None]
         if recorded:
             named = zip(("prefill", "decode"), flags, strict=True)

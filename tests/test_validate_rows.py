@@ -308,8 +308,6 @@ class FakeHybridEngine:
 
 def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     engine = FakeHybridEngine()
-    for radix_off in (True, False):  # server_memory caches by id(engine): an id a collected engine may have left
-        validate._SERVER_MEMORY.pop((id(engine), radix_off, "sglang"), None)
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.UNRECORDED) == (500, 7)  # type: ignore[arg-type]
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
@@ -317,12 +315,11 @@ def test_server_memory_runs_inferencemax_without_the_radix_cache() -> None:
     assert engine.sources == ["sglang", "sglang"]  # SGLang's own derivation unless --pool-source says otherwise
     assert engine.fractions == [None, None]  # SGLang's default fraction: no launch recorded for this engine
     recorded = FakeHybridEngine()
-    validate.LAUNCHES[id(recorded)] = validate._dsr1_fp8_b200_tp8
-    validate._SERVER_MEMORY.pop((id(recorded), True, "sglang"), None)  # an id a collected engine may have cached
+    validate.LAUNCHES[recorded] = validate._dsr1_fp8_b200_tp8  # type: ignore[index]
     try:
         assert validate.server_memory(recorded, validate.INFERENCEMAX) == (1000, 7)  # type: ignore[arg-type]
     finally:
-        del validate.LAUNCHES[id(recorded)]
+        del validate.LAUNCHES[recorded]  # type: ignore[arg-type]
     assert recorded.fractions == [0.82]  # a recorded launch's --mem-fraction-static reaches the hybrid pool
 
 
@@ -338,7 +335,7 @@ def test_the_issues_kv_bound_example_runs_on_sglangs_pool_and_not_on_aiconfigura
     row = _agg_row("Qwen/Qwen3-32B", "h100_sxm", "1")
     assert validate.POOL_SOURCE == "sglang"
     engine = validate._engine(row, {})
-    assert isinstance(engine, AicStepTimes) and validate.POOLS[id(engine)] == 23990
+    assert isinstance(engine, AicStepTimes) and validate.POOLS[engine] == 23990
     validate.set_pool_source("aiconfigurator")
     try:
         refused = validate._engine(row, {})
@@ -379,7 +376,7 @@ def test_a_row_whose_launch_script_is_recorded_replays_with_its_flags() -> None:
     per_token = engine.memory_breakdown().kv_bytes_per_token
     assert per_token == (512 + 64) * 61  # FP8 MLA latent + rope key
     expected = (engine.gpu_memory_bytes() * 0.95 - engine.sglang_weights_bytes()) // per_token
-    assert validate.POOLS[id(engine)] == expected > 400_000
+    assert validate.POOLS[engine] == expected > 400_000
     assert validate.server_memory(engine, validate.INFERENCEMAX) == (expected, 32)
     # the same row at SGLang's defaults is the refusal SGLang itself would give
     assert isinstance(validate._engine(dump, {}), str)
