@@ -513,6 +513,31 @@ class ImprovedMakespanModel:
                 return pool.kv_pool_tokens if limited else math.inf
         return None
 
+    def _compute_weight(self, workload: Workload, gpu_type: str, tp: int, role: Role) -> float:
+        """Reference workers of compute one worker of (gpu_type, tp) is worth in ``role``: its per-token costs' ratio.
+
+        PEARL's weight (t_p and b of each size's device parameters), except that where the size and the reference
+        both have a KV-aware decode fit (``ServingParams.decode_costs``) the decode cost per sequence is that fit's,
+        b + c·(c̄ + r/2) at the batch's mean context, the cost the predictor charges the reference's sequences
+        (:meth:`_per_seq_s`). PEARL's refit of b on n alone falls to its floor in a KV-bound batch (the number
+        decoding falls as contexts grow), and a ratio of two such refits, fitted on different batches, swings from
+        near 0 to above the size's share of GPUs (docs/makespan.md, "Worker sizes: the compute weight").
+        """
+        ref = self._pearl.reference
+        own, base = self.params.serving.decode_cost(gpu_type, tp), self.params.serving.decode_cost(ref.gpu_type, ref.tp)
+        if role is Role.PREFILL or own is None or base is None:
+            return self._pearl.capacity_weight(workload, gpu_type, tp, role)
+        held = self._context(workload) + workload.generated_tokens_per_turn / 2
+        base_seq_s = base.per_seq_s + base.per_kv_token_s * held
+        own_seq_s = own.per_seq_s + own.per_kv_token_s * held
+        if own_seq_s <= 0 or base_seq_s <= 0:
+            return self._pearl.capacity_weight(workload, gpu_type, tp, role)
+        if role is Role.DECODE:
+            return base_seq_s / own_seq_s
+        dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
+        dev = self._pearl.device(gpu_type, tp)
+        return (dl * ref.prefill_s_per_token + r * base_seq_s) / (dl * dev.prefill_s_per_token + r * own_seq_s)
+
     def _declared(self, worker: SizeCount) -> bool:
         """Whether the worker's size has its own pool and step times (declared, not the reference)."""
         ref = self._pearl.reference
@@ -542,7 +567,7 @@ class ImprovedMakespanModel:
         iteration: dict[Role, float] = {}
         for role in roles:
             members = [w for w in capacity.workers if w.role is role and w.count > 0]
-            weights = [w.count * self._pearl.capacity_weight(workload, w.gpu_type, w.tp, role) for w in members]
+            weights = [w.count * self._compute_weight(workload, w.gpu_type, w.tp, role) for w in members]
             total = sum(weights)
             compute[role] = total
             kv_tokens[role], iteration[role] = m_ref, a_ref

@@ -11,6 +11,7 @@ from pearl_sched import Mode, PoolCapacity
 from pearl_sched.makespan import DeviceParams, SizeCount
 from pearl_sched.makespan_improved import (
     PEARL_LIMIT,
+    DecodeCost,
     ImprovedMakespanModel,
     ImprovedParams,
     ModeObservation,
@@ -483,3 +484,41 @@ def test_the_milp_weight_of_a_declared_size_counts_its_memory() -> None:
     for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
         assert weight(400_000.0, role) == pytest.approx(0.5, rel=0.02)
         assert weight(200_000.0, role) < 0.5 * 0.95
+
+
+def test_a_declared_sizes_compute_weight_follows_the_kv_aware_decode_fits_not_pearls_refit_b() -> None:
+    """Where the reference (TP2) and a declared size (TP1) both have a decode fit on KV tokens, a TP1 worker's
+    compute is the ratio of the fits' per-sequence costs b + c·h at h = c̄ + r/2 tokens held (colocated: with
+    t_p·ΔL), whatever PEARL's refit b says. PEARL's refit b of the reference falls to its 1e-12 floor in a KV-bound
+    batch (e2e segment-2 after step 0: a TP4 worker was then worth 0.08 reference workers, 2.27 four batches later;
+    docs/makespan.md, "Worker sizes: the compute weight"); with the fits it is the same either way."""
+    load = _agentic()
+    ref_fit = DecodeCost(gpu_type="x", tp=2, iteration_s=0.005, per_seq_s=1e-5, per_kv_token_s=2e-8)
+    tp1_fit = DecodeCost(gpu_type="x", tp=1, iteration_s=0.008, per_seq_s=2e-5, per_kv_token_s=4.5e-8)
+    serving = ServingParams(
+        kv_pool_tokens=800_000.0,
+        size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),),
+        decode_costs=(ref_fit, tp1_fit),
+    )
+    held = load.mean_context_tokens + load.generated_tokens_per_turn / 2
+    ref_seq, tp1_seq = 1e-5 + 2e-8 * held, 2e-5 + 4.5e-8 * held
+    reference = HAND.params.devices[0]
+    dl, r = load.appended_tokens_per_turn, load.generated_tokens_per_turn
+    colocated = (dl * reference.prefill_s_per_token + r * ref_seq) / (dl * _TP1.prefill_s_per_token + r * tp1_seq)
+    bases = {
+        Role.DECODE: (PoolCapacity(mode=Mode.DISAGGREGATED, prefill=1.0, decode=1.0), ref_seq / tp1_seq),
+        Role.COLOCATED: (PoolCapacity(mode=Mode.COLOCATED, colocated=1.0), colocated),
+    }
+    for b_ref in (reference.decode_per_seq_s, 1e-12):  # PEARL's b as measured, and at the refit's floor
+        devices = (reference.model_copy(update={"decode_per_seq_s": b_ref}), _TP1)
+        params = HAND.params.model_copy(update={"devices": devices})
+        model = ImprovedMakespanModel(ImprovedParams(pearl=params, serving=serving))
+        for role, (base, weight) in bases.items():
+            pools = model._pools(load, base.model_copy(update={"workers": _workers((role, 1, 2))}))
+            assert getattr(pools.capacity, role.value) == pytest.approx(2 * weight, rel=1e-12)
+        assert model._compute_weight(load, "x", 1, Role.PREFILL) == pytest.approx(0.5)  # t_p: PEARL's
+    # Without the size's own fit (or the reference's) the weight is PEARL's per-token one, as before.
+    unfitted = _sized(serving.model_copy(update={"decode_costs": (ref_fit,)}))
+    pearl = type(HAND)(unfitted.params.pearl)
+    for role in (Role.DECODE, Role.COLOCATED):
+        assert unfitted._compute_weight(load, "x", 1, role) == pearl.capacity_weight(load, "x", 1, role)
