@@ -25,8 +25,10 @@ exact objective, the decision and its reasons, the solver status — is in it.
 
 plan()'s default policy ranks the mixed-size case by the model's own predict and the ``sizes=1`` cases by the
 MILP's surrogate (docs/formulation.md, "Ranking by predict"). ``--rank-by-predict`` runs every case with
-``PolicyConfig(rank_by_predict=True)``; its lines end in ``ranking=predict``. With ``--compare`` the revision
-runs with it too, so the option's cost before and after a change comes from one run, with its plans compared.
+``PolicyConfig(rank_by_predict=True)``; its lines end in ``ranking=predict``. ``--rank-by-surrogate`` runs every
+case with ``PolicyConfig(rank_by_predict=False)`` (the MILP's surrogate ranks, also with worker sizes); its lines
+end in ``ranking=surrogate``. With ``--compare`` the revision runs with the same option, so the option's cost
+before and after a change comes from one run, with its plans compared.
 
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
 ``git archive``, this bench run there against REF's code for the same cases), so before and after come from one
@@ -43,7 +45,7 @@ repeats), the solver's share measured around each HiGHS solve (model conversion,
 models, placing workers, building the plan. It is the most a faster planner around the same MILPs could save.
 
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
-    [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict] [--breakdown]
+    [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict | --rank-by-surrogate] [--breakdown]
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ def reference_lines(tree: Path, gpus: int, args: argparse.Namespace) -> dict[tup
     command = [sys.executable, str(tree / "bench" / "plan_latency.py"), "--sizes", str(gpus), "--repeats"]
     command += [str(args.repeats), "--backends", args.backends, "--worker-sizes", args.worker_sizes]
     command += ["--rank-by-predict"] if args.rank_by_predict else []
+    command += ["--rank-by-surrogate"] if args.rank_by_surrogate else []
     env = {**os.environ, DATA_ENV: str(default_data())}
     out = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
     lines = {}
@@ -265,10 +268,16 @@ def main() -> None:
     parser.add_argument(
         "--breakdown", action="store_true", help="after each default-backend case, where its CPU time goes"
     )
-    parser.add_argument(
+    ranking = parser.add_mutually_exclusive_group()
+    ranking.add_argument(
         "--rank-by-predict",
         action="store_true",
         help="plan() with PolicyConfig(rank_by_predict=True) (lines end in ranking=predict; REF's too with --compare)",
+    )
+    ranking.add_argument(
+        "--rank-by-surrogate",
+        action="store_true",
+        help="plan() with PolicyConfig(rank_by_predict=False) (lines end in ranking=surrogate; REF's too)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="plan-latency-") as scratch:
@@ -286,6 +295,8 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
     cases = args.worker_sizes.split(",")
     policy = PolicyConfig(rank_by_predict=True) if args.rank_by_predict else None
     suffix = " ranking=predict" if args.rank_by_predict else ""
+    if args.rank_by_surrogate:
+        policy, suffix = PolicyConfig(rank_by_predict=False), " ranking=surrogate"
     same = compared = 0
     for gpus in (int(s) for s in args.sizes.split(",")):
         reference = reference_lines(tree, gpus, args) if tree is not None else {}

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from pearl_sched.errors import InvalidStateError
@@ -288,3 +289,44 @@ class PearlMakespanModel:
             environment_s=env,
             overhead_s=0.0,
         )
+
+    def predict_totals_s(
+        self, workload: Workload, mode: Mode, prefill: np.ndarray, decode: np.ndarray, colocated: np.ndarray
+    ) -> np.ndarray:
+        """``predict(workload, capacity).total_s`` at many capacities of ``mode`` at once, float for float.
+
+        The planner's ranking by predict scores PEARL's ratio sweep with it (docs/formulation.md, "Ranking by
+        predict"). The same operations in the same order as :meth:`predict`, elementwise in numpy (IEEE
+        arithmetic, so each lane equals ``predict``'s float). Like ``predict`` it reads the capacities only,
+        and the total never rises when a capacity grows, which is what lets the ranker bound a mode or a size
+        combination by its largest capacities. A lane with no capacity in a role its mode needs is ``inf``
+        (``predict`` refuses it; callers check the lanes they score have capacity).
+
+        Args:
+            workload: The rollout batch.
+            mode: The mode of every lane.
+            prefill: Prefill capacity per lane, in reference workers.
+            decode: Decode capacity per lane.
+            colocated: Colocated capacity per lane.
+
+        Returns:
+            The predicted makespan of each lane, in seconds.
+        """
+        ref = self.reference
+        s, b = workload.turns, workload.batch_size
+        dl, r = workload.appended_tokens_per_turn, workload.generated_tokens_per_turn
+        env = workload.env_time_s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if mode is Mode.COLOCATED:
+                n = np.asarray(colocated, dtype=float)
+                prefill_s = s * (b * dl / n) * ref.prefill_s_per_token
+                decode_s = s * r * (ref.decode_iteration_s + ref.decode_per_seq_s * b / n)
+                total: np.ndarray = prefill_s + decode_s + s * self.params.switch_overhead_s + env
+                return np.where(n > 0, total, np.inf)
+            terms = self.terms(workload)
+            cap_p, cap_d = np.asarray(prefill, dtype=float), np.asarray(decode, dtype=float)
+            prefill_s = s * b * dl * ref.prefill_s_per_token / cap_p
+            transfer_s = (terms.prefill.fixed_s + terms.prefill.work_s / cap_p) - prefill_s  # PoolTerms.time_s
+            decode_s = terms.decode.fixed_s + terms.decode.work_s / cap_d
+            total = np.maximum(prefill_s + transfer_s, decode_s) + env
+            return np.where((cap_p > 0) & (cap_d > 0), total, np.inf)

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import NamedTuple
 
+import numpy as np
+
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import InfeasiblePlanError, SolverError
 from pearl_sched.makespan import MakespanModel, PoolCapacity, SizeCount
@@ -50,7 +52,14 @@ from pearl_sched.policies import (
     must_return,
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
-from pearl_sched.solvers import enumerate_configurations, get_backend, ratio_sweep, solve_class_problem
+from pearl_sched.solvers import (
+    enumerate_configurations,
+    evaluate_lanes,
+    get_backend,
+    predict_bound_s,
+    ratio_sweep,
+    solve_class_problem,
+)
 from pearl_sched.state import (
     GPU,
     ROLLOUT_ROLES,
@@ -164,19 +173,36 @@ class _SolveContext:
 
         Candidates: the surrogate's optimum, each other mode's surrogate optimum (one more MILP), the status quo
         and earlier answers, and PEARL's ratio sweep ranked by ``predict`` — over every class, and with worker
-        sizes once per combination of one size per role. A steepest descent over one-worker moves follows.
+        sizes once per combination of one size per role. A steepest descent over one-worker moves follows. The
+        other mode's MILP and a size combination's sweep are skipped where :meth:`_PredictRanker.bound_s` proves
+        they cannot beat a candidate already scored (the same answer, docs/formulation.md).
         """
         candidates = [incumbent, _status_quo(problem, self.mode)]
         candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
+        scored = [ranker.score(problem, c) for c in candidates if c is not None]
+        # A candidate whose proven lower bound is above a score already in hand cannot be the first of the
+        # least (ranker.bound_s): its MILP or sweep is skipped, and the answer is the same.
+        cutoff_s = min(c.objective_s for c in scored)
         if self.backend != _ENUMERATION:
             for mode in problem.modes:
                 if mode is not incumbent.mode:
-                    candidates.append(self._mode_optimum(replace(problem, modes=(mode,))))
+                    sub = replace(problem, modes=(mode,))
+                    if ranker.bound_s(sub) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+                        continue
+                    optimum = self._mode_optimum(sub)
+                    if optimum is not None:
+                        scored.append(ranker.score(problem, optimum))
+                        cutoff_s = min(cutoff_s, scored[-1].objective_s)
         # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
         # those answer infeasible variants slowly, and the descent tries fewer.
+        lanes = ranker.lane_scorer(problem)
         for variant in (problem, *_size_variants(problem)):
-            candidates.append(ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c)))
-        scored = [ranker.score(problem, c) for c in candidates if c is not None]
+            if ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+                continue
+            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes)
+            if swept is not None:
+                scored.append(ranker.score(problem, swept))
+                cutoff_s = min(cutoff_s, scored[-1].objective_s)
         best = min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         return ranker.descend(problem, best)
 
@@ -265,6 +291,41 @@ class _PredictRanker:
         self._model = model
         self.workload = workload
         self._makespans: dict[_CapacityKey, float] = {}
+        self._totals = _vectorised_totals(model)
+
+    def lane_scorer(self, problem: ClassProblem) -> _LaneScorer | None:
+        """:meth:`score`'s objective for many candidates of ``problem`` at once, or None without a vectorised model.
+
+        A model with ``predict_totals_s`` (PEARL's, :class:`~pearl_sched.makespan.PearlMakespanModel`) predicts
+        every lane of a sweep in one numpy call, float for float what :meth:`score` gets from ``predict``; a
+        lane without capacity in a role its mode needs (``predict`` refuses it) sends the sweep back to
+        :meth:`score`, candidate by candidate.
+        """
+        totals = self._totals
+        if totals is None:
+            return None
+        workload, fraction = self.workload, problem.unfinished_fraction
+
+        def objectives(mode: Mode, capacities: np.ndarray, transition_s: np.ndarray) -> np.ndarray | None:
+            makespan_s = totals(workload, mode, capacities[0], capacities[1], capacities[2])
+            if not np.isfinite(makespan_s).all():
+                return None
+            result: np.ndarray = fraction * makespan_s + transition_s  # score's objective, lane by lane
+            return result
+
+        return objectives
+
+    def bound_s(self, problem: ClassProblem) -> float:
+        """A proven lower bound on :meth:`score`'s objective of any configuration of ``problem`` (any mode).
+
+        :func:`~pearl_sched.solvers.predict_bound_s` with this ranker's vectorised ``predict``; ``-inf`` (nothing
+        is pruned) for a model without ``predict_totals_s``.
+        """
+        totals = self._totals
+        if totals is None:
+            return -math.inf
+        workload = self.workload
+        return predict_bound_s(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c))
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
@@ -287,19 +348,48 @@ class _PredictRanker:
     def descend(self, problem: ClassProblem, start: ClassSolution) -> ClassSolution:
         """Steepest descent from ``start`` (scored) over one-worker moves, at most :data:`_DESCENT_STEPS` steps."""
         current = start
+        lanes = self.lane_scorer(problem)
         for _ in range(_DESCENT_STEPS):
             step = current
-            for counts in _neighbours(problem, current):
-                candidate = evaluate(problem, current.mode, counts)
-                if candidate is None:
-                    continue
-                candidate = self.score(problem, candidate)
-                if candidate.objective_s < step.objective_s - 1e-12:
-                    step = candidate
+            neighbours = list(_neighbours(problem, current))
+            objectives = self._lane_objectives(problem, current.mode, neighbours, lanes) if neighbours else None
+            if objectives is not None:  # the loop below, on the objectives alone: the first of the best wins
+                winner, best_s = -1, step.objective_s
+                for j, objective_s in objectives:
+                    if objective_s < best_s - 1e-12:
+                        winner, best_s = j, objective_s
+                if winner >= 0:
+                    solution = evaluate(problem, current.mode, neighbours[winner])
+                    assert solution is not None  # evaluate_lanes found it feasible, and the two agree
+                    step = self.score(problem, solution)
+            else:
+                for counts in neighbours:
+                    candidate = evaluate(problem, current.mode, counts)
+                    if candidate is None:
+                        continue
+                    candidate = self.score(problem, candidate)
+                    if candidate.objective_s < step.objective_s - 1e-12:
+                        step = candidate
             if step is current:
                 break
             current = step
         return current
+
+    @staticmethod
+    def _lane_objectives(
+        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: _LaneScorer | None
+    ) -> list[tuple[int, float]] | None:
+        """The feasible ones of ``configurations`` (by index) and their objectives, scored in lanes; None without."""
+        if lanes is None:
+            return None
+        counts = np.array(configurations, dtype=np.int64).transpose(1, 2, 0)  # (class, role, lane)
+        ok, capacities, transition_s = evaluate_lanes(problem, mode, counts)
+        if not ok.any():
+            return []
+        objectives = lanes(mode, capacities[:, ok], transition_s[ok])
+        if objectives is None:
+            return None
+        return list(zip(np.flatnonzero(ok).tolist(), objectives.tolist(), strict=True))
 
 
 def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Counts]:
@@ -332,17 +422,47 @@ def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
     if not problem.pools:
         return []
     variants = []
+    restricted: dict[tuple[int, frozenset[Role]], SlotClass] = {}  # each class at each eligibility, made once
+
+    def restrict(k: int, cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
+        if eligible == cls.eligible:
+            return cls
+        made = restricted.get((k, eligible))
+        if made is None:
+            made = restricted[k, eligible] = replace(cls, eligible=eligible)
+        return made
+
     for mode in problem.modes:
         roles = MODE_ROLES[mode]
         options = [sorted({c.tp for c in problem.classes if c.pool is not None and r in c.eligible}) for r in roles]
         for sizes in itertools.product(*options):
             chosen = dict(zip(roles, sizes, strict=True))
             classes = [
-                c if c.pool is None else replace(c, eligible=frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
-                for c in problem.classes
+                c if c.pool is None else restrict(k, c, frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
+                for k, c in enumerate(problem.classes)
             ]
             variants.append(replace(problem.with_classes(classes), modes=(mode,)))
     return variants
+
+
+_Totals = Callable[[Workload, Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+_LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+"""``solvers.enumeration.LaneScorer``: a sweep's objectives in lanes (``ratio_sweep``'s ``rescore_lanes``)."""
+
+
+def _vectorised_totals(model: MakespanModel) -> _Totals | None:
+    """The model's ``predict_totals_s`` where the same class defines it and ``predict``, else None.
+
+    A subclass that redefines ``predict`` alone would leave the vectorised form predicting its parent's model.
+    """
+    for klass in type(model).__mro__:
+        defines = vars(klass)
+        if "predict" in defines or "predict_totals_s" in defines:
+            if "predict" in defines and "predict_totals_s" in defines:
+                totals: _Totals = model.predict_totals_s  # type: ignore[attr-defined]
+                return totals
+            return None
+    return None
 
 
 def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:

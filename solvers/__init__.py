@@ -4,7 +4,8 @@ The problem they solve (``ClassProblem``, ``ClassSolution``, the exact ``evaluat
 is core vocabulary in :mod:`pearl_sched.problem`; this package depends on it, never the other way round.
 The core uses only the registry below and the solve entry points, ``solve_class_problem`` (the MILP),
 ``enumerate_configurations`` (PEARL's search) and ``ratio_sweep`` (PEARL's sweep at every split, for the ranking by
-``predict``). ``get_backend(name)`` returns a backend;
+``predict``), with the ranking's ``evaluate_lanes`` (``evaluate`` at many configurations at once) and
+``predict_bound_s`` (its proven bound). ``get_backend(name)`` returns a backend;
 ``available_backends()`` lists those whose packages are installed.
 ``DEFAULT_BACKEND`` was chosen by measurement (``bench/plan_latency.py``; docs/solvers.md): the fastest
 backend whose repeated solves were identical.
@@ -15,8 +16,8 @@ from __future__ import annotations
 from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
-from pearl_sched.solvers.enumeration import enumerate_configurations, ratio_sweep
-from pearl_sched.solvers.formulation import MilpOutcome, solve_class_problem
+from pearl_sched.solvers.enumeration import enumerate_configurations, evaluate_lanes, ratio_sweep
+from pearl_sched.solvers.formulation import MilpOutcome, predict_bound_s, solve_class_problem
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
 from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
@@ -67,7 +68,9 @@ __all__ = [
     "SolveResult",
     "available_backends",
     "enumerate_configurations",
+    "evaluate_lanes",
     "get_backend",
+    "predict_bound_s",
     "ratio_sweep",
     "solve_class_problem",
 ]

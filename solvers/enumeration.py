@@ -125,7 +125,8 @@ def assign_many(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> li
     :func:`assign` gives target by target (a skipped class or a filled role takes 0 here); the Python work is
     per class, not per class and target, which is what a sweep over every split needs.
     """
-    counts, done = _assign_lanes(problem, targets)
+    remaining = {role: np.array([t.get(role, 0) for t in targets], dtype=np.int64) for role in ROLES}
+    counts, done = _assign_lanes(problem, remaining)
     return [_counts(counts, lane) if done[lane] else None for lane in range(len(targets))]
 
 
@@ -135,15 +136,17 @@ def _counts(counts: np.ndarray, lane: int) -> Counts:
     return tuple((p, d, c) for p, d, c in rows)
 
 
-def _assign_lanes(problem: ClassProblem, targets: Sequence[dict[Role, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`assign_many`'s lanes: the (class, role, lane) counts and whether each lane met its targets."""
-    lanes = len(targets)
+def _assign_lanes(problem: ClassProblem, remaining: dict[Role, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`assign_many`'s lanes: the (class, role, lane) counts and whether each lane met its targets.
+
+    ``remaining`` holds each role's target count per lane (it is used up).
+    """
+    lanes = len(remaining[Role.PREFILL])
     order = _fill_order(problem)
     classes = problem.classes
     counts = np.zeros((len(classes), 3, lanes), dtype=np.int64)
     free = np.array([[c.size] for c in classes], dtype=np.int64).repeat(lanes, axis=1)
     gpus_left = np.full(lanes, problem.max_gpus, dtype=np.int64)
-    remaining = {role: np.array([t.get(role, 0) for t in targets], dtype=np.int64) for role in ROLES}
     left = {
         p.key: {block: np.full(lanes, gpus, dtype=np.int64) for block, gpus in p.block_gpus.items()}
         for p in problem.pools
@@ -192,9 +195,33 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     workers), so each answer equals ``evaluate``'s, float for float; the pool times are computed per lane
     that passes every check.
     """
+    ok, cap, transition_s = evaluate_lanes(problem, mode, counts)
+    active = MODE_ROLES[mode]
+    solutions: list[ClassSolution | None] = [None] * counts.shape[2]
+    caps, transitions = cap.T.tolist(), transition_s.tolist()
+    for lane in np.flatnonzero(ok).tolist():
+        capacities = dict(zip(ROLES, caps[lane], strict=True))
+        pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
+        makespan_s = max(pool_times.values()) + problem.terms.environment_s
+        lane_transition_s = transitions[lane]
+        objective_s = problem.unfinished_fraction * makespan_s + lane_transition_s
+        solutions[lane] = ClassSolution(
+            mode, _counts(counts, lane), makespan_s, pool_times, lane_transition_s, objective_s, capacities
+        )
+    return solutions
+
+
+def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arrays :func:`evaluate_many` builds its solutions from, without building one per lane.
+
+    Returns:
+        Whether each lane passes every check of :func:`~pearl_sched.problem.evaluate`; the capacities, a
+        (role, lane) array in :data:`~pearl_sched.problem.ROLES` order; and the transition costs. On the
+        feasible lanes the last two equal ``evaluate``'s ``capacity`` and ``transition_cost_s``, float for float.
+    """
     lanes = counts.shape[2]
     if mode not in problem.modes:
-        return [None] * lanes
+        return np.zeros(lanes, dtype=bool), np.zeros((3, lanes)), np.zeros(lanes)
     memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
     prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
     ok = np.ones(lanes, dtype=bool)
@@ -237,20 +264,7 @@ def evaluate_many(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> list
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
     ok &= ~((kv < problem.kv_required_bytes) | (prefill_rate < problem.min_prefill_tokens_per_s))  # as evaluate
-    solutions: list[ClassSolution | None] = [None] * lanes
-    caps, transitions = cap.T.tolist(), transition_s.tolist()
-    for lane in np.flatnonzero(ok).tolist():
-        capacities = dict(zip(ROLES, caps[lane], strict=True))
-        pool_times = {role: problem.terms.pool(role).time_s(capacities[role]) for role in active}
-        makespan_s = max(pool_times.values()) + problem.terms.environment_s
-        lane_transition_s = transitions[lane]
-        if starts[lane]:
-            lane_transition_s += problem.admission_pause_s
-        objective_s = problem.unfinished_fraction * makespan_s + lane_transition_s
-        solutions[lane] = ClassSolution(
-            mode, _counts(counts, lane), makespan_s, pool_times, lane_transition_s, objective_s, capacities
-        )
-    return solutions
+    return ok, cap, np.where(starts, transition_s + problem.admission_pause_s, transition_s)
 
 
 _LANES_FROM = 48
@@ -258,25 +272,75 @@ _LANES_FROM = 48
 the loop it saves (measured on bench/plan_latency.py's states at 64 and 256 GPUs; both paths give the same answer)."""
 
 
+LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+"""``rescore``'s objective for many candidates of one mode at once: given their capacities (a (role, lane) array in
+:data:`~pearl_sched.problem.ROLES` order) and transition costs, each lane's ``rescore(solution).objective_s``,
+float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
+
+
+_LANES_SCORED_FROM = 24
+"""Usable workers from which :func:`ratio_sweep` with ``rescore_lanes`` runs in lanes: below, the scalar sweep is as
+fast or faster (bench/plan_latency.py's mixed-size states: the same at 14-31 workers, 3× faster at 4-11)."""
+
+
 def ratio_sweep(
-    problem: ClassProblem, rescore: Callable[[ClassSolution], ClassSolution] | None = None
+    problem: ClassProblem,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    rescore_lanes: LaneScorer | None = None,
 ) -> ClassSolution | None:
     """``enumerate_configurations(problem, window=<every split>, rescore=rescore)``, its assignments made at once.
 
     PEARL's sweep at every split of the usable workers, without the fallbacks to fewer workers (the planner's
     ranking by ``predict`` runs one per size combination, docs/formulation.md); the same candidates in the
-    same order, so the same answer. From :data:`_LANES_FROM` usable workers the candidates are assigned and
-    evaluated in numpy lanes (:func:`assign_many`, :func:`evaluate_many`).
+    same order, so the same answer. From :data:`_LANES_FROM` usable workers, or from :data:`_LANES_SCORED_FROM`
+    with ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
+    :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
+    built and rescored as a solution.
     """
-    n = usable_workers(problem)
-    if n < _LANES_FROM:
+    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes)
+
+
+def _sweep(
+    problem: ClassProblem,
+    n: int,
+    rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    rescore_lanes: LaneScorer | None = None,
+) -> ClassSolution | None:
+    """``_best_of(problem, n, None, rescore)``: :func:`ratio_sweep`'s search with ``n`` workers."""
+    lanes_scored = rescore is not None and rescore_lanes is not None and n >= _LANES_SCORED_FROM
+    if n < _LANES_FROM and not lanes_scored:
         return _best_of(problem, n, None, rescore)
-    candidates = _candidates(problem, n, None)
-    counts, done = _assign_lanes(problem, [t for _, t in candidates])
-    evaluated: list[ClassSolution | None] = [None] * len(candidates)
+    modes, remaining = _candidate_lanes(problem, n)
+    if not modes:
+        return None
+    counts, done = _assign_lanes(problem, remaining)
+    if lanes_scored:
+        assert rescore is not None and rescore_lanes is not None
+        objectives: list[float | None] = [None] * len(modes)
+        for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
+            lanes = np.flatnonzero((np.array([m is mode for m in modes], dtype=bool)) & done)
+            if not lanes.size:
+                continue
+            ok, cap, transition_s = evaluate_lanes(problem, mode, counts[:, :, lanes])
+            scores = rescore_lanes(mode, cap[:, ok], transition_s[ok]) if ok.any() else np.zeros(0)
+            if scores is None:  # the scorer cannot rank these lanes: candidate by candidate, as below
+                break
+            for j, objective_s in zip(lanes[ok].tolist(), scores.tolist(), strict=True):
+                objectives[j] = objective_s
+        else:
+            winner, best_s = -1, math.inf
+            for j, objective_s in enumerate(objectives):  # the loop below, on the objectives alone
+                if objective_s is not None and (winner < 0 or objective_s < best_s - 1e-12):
+                    winner, best_s = j, objective_s
+            if winner < 0:
+                return None
+            solution = evaluate(problem, modes[winner], _counts(counts, winner))
+            assert solution is not None  # evaluate_lanes found it feasible, and the two agree
+            return rescore(solution)
+    evaluated: list[ClassSolution | None] = [None] * len(modes)
     for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
-        lanes = [j for j, (m, _) in enumerate(candidates) if m is mode and done[j]]
-        for j, solution in zip(lanes, evaluate_many(problem, mode, counts[:, :, lanes]), strict=True):
+        lane_list = [j for j, m in enumerate(modes) if m is mode and done[j]]
+        for j, solution in zip(lane_list, evaluate_many(problem, mode, counts[:, :, lane_list]), strict=True):
             evaluated[j] = solution
     best: ClassSolution | None = None
     for solution in evaluated:
@@ -285,6 +349,22 @@ def ratio_sweep(
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
+
+
+def _candidate_lanes(problem: ClassProblem, n: int) -> tuple[list[Mode], dict[Role, np.ndarray]]:
+    """``_candidates(problem, n, None)`` as lanes: each candidate's mode, and each role's target count per lane."""
+    colocated = Mode.COLOCATED in problem.modes and n >= 1
+    splits = (
+        np.arange(1, n, dtype=np.int64) if Mode.DISAGGREGATED in problem.modes and n >= 2 else np.zeros(0, np.int64)
+    )
+    head = np.array([n] if colocated else [], dtype=np.int64)
+    zero = np.zeros(len(head), dtype=np.int64)
+    remaining = {
+        Role.PREFILL: np.concatenate([zero, splits]),
+        Role.DECODE: np.concatenate([zero, n - splits]),
+        Role.COLOCATED: np.concatenate([head, np.zeros(len(splits), dtype=np.int64)]),
+    }
+    return [Mode.COLOCATED] * len(head) + [Mode.DISAGGREGATED] * len(splits), remaining
 
 
 def enumerate_configurations(
@@ -301,13 +381,14 @@ def enumerate_configurations(
     own ``predict`` (docs/formulation.md, "Ranking by predict").
     """
     usable = usable_workers(problem)
-    best = _best_of(problem, usable, window, rescore)
+    best = _best_of(problem, usable, window, rescore) if window is not None else _sweep(problem, usable, rescore)
     # Using every worker can break the budget (wide TP groups) or leave no split whose pools meet KV and prefill
-    # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first.
+    # needs; PEARL's search has no answer then, but fewer workers may: the full search tries them, largest first
+    # (each count's splits in numpy lanes from _LANES_FROM workers, as ratio_sweep: the same answer).
     for n in range(usable - 1, 0, -1):
         if best is not None or window is not None:
             break
-        best = _best_of(problem, n, None, rescore)
+        best = _sweep(problem, n, rescore)
     if best is None and window is None and _search_size(problem) <= _BRUTE_FORCE_LIMIT:
         best = brute_force(problem)  # PEARL's slot order can miss a fit (the one wide-TP slot with enough KV)
     return best

@@ -60,6 +60,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from pearl_sched.errors import PearlSchedError, SolverError
 from pearl_sched.makespan import PoolTerms
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
@@ -435,6 +437,26 @@ def mode_bound(problem: ClassProblem, mode: Mode) -> float:
     roles are off, ``role_active_iff_mode``). The admission pause is left out (it is never negative).
     """
     roles = MODE_ROLES[mode]
+    cheapest = cheapest_transition_s(problem, mode)
+    if math.isinf(cheapest):
+        return math.inf
+    times = []
+    for role in roles:
+        top = max_capacity(problem, role)
+        if top <= 0:
+            return math.inf  # the mode needs this role and no class can take it
+        times.append(problem.terms.pool(role).time_s(top))
+    return problem.unfinished_fraction * (max(times) + problem.terms.environment_s) + cheapest
+
+
+def cheapest_transition_s(problem: ClassProblem, mode: Mode) -> float:
+    """A lower bound on the transition cost of any configuration in ``mode`` (``inf``: none is feasible there).
+
+    Every class at its cheapest option among the mode's roles and off, a fixed class at its current role (the
+    mode's other roles are off, ``role_active_iff_mode``); the admission pause is left out (it is never
+    negative). :func:`mode_bound`'s cost part, and the planner's bound on ranking by predict.
+    """
+    roles = MODE_ROLES[mode]
     cheapest = 0.0
     for c in problem.classes:
         if c.fixed and c.current_role is not None and c.size:
@@ -443,13 +465,90 @@ def mode_bound(problem: ClassProblem, mode: Mode) -> float:
             cheapest += c.size * c.cost[c.current_role]
             continue
         cheapest += c.size * min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
-    times = []
-    for role in roles:
-        top = max_capacity(problem, role)
-        if top <= 0:
-            return math.inf  # the mode needs this role and no class can take it
-        times.append(problem.terms.pool(role).time_s(top))
-    return problem.unfinished_fraction * (max(times) + problem.terms.environment_s) + cheapest
+    return cheapest
+
+
+def predict_bound_s(
+    problem: ClassProblem, totals: Callable[[Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+) -> float:
+    """A proven lower bound on ρ·predict + transition cost over every configuration of ``problem`` (any mode).
+
+    ``totals(mode, prefill, decode, colocated)`` is a model's ``predict`` total at many capacities at once, never
+    rising when a capacity grows (``predict_totals_s``; the planner's ranking by predict, docs/formulation.md).
+    Per mode, each role's capacity runs from nothing to its largest (:func:`max_capacity`: no configuration has
+    more), cut into pieces; over a piece the extra transition cost of reaching that capacity is at least its value
+    at the piece's start (:func:`_cost_curve`) and ``totals`` at least its value at the piece's end. The least,
+    over every piece (and pair of pieces with two roles), of ρ·``totals`` there plus the cheapest transition cost
+    (:func:`cheapest_transition_s`) and those extras is below every configuration's objective.
+
+    Returns:
+        The bound; ``inf`` when no mode can be served (a role no slot can take, a fixed class the mode switches
+        off); ``-inf`` where a role's slots could give it no capacity (``predict`` refuses such a configuration
+        rather than rank it, so nothing is pruned).
+    """
+    bounds = []
+    for mode in problem.modes:
+        cheapest_s = cheapest_transition_s(problem, mode)
+        if math.isinf(cheapest_s):
+            bounds.append(cheapest_s)
+            continue
+        roles = MODE_ROLES[mode]
+        if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
+            bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
+            continue
+        curves = [_cost_curve(problem, mode, role) for role in roles]
+        if min(top for _, _, top in curves) <= 0:
+            return -math.inf
+        ends = np.meshgrid(*(end for end, _, _ in curves), indexing="ij")
+        extras = sum(np.meshgrid(*(extra for _, extra, _ in curves), indexing="ij"))
+        lanes = {role: end.ravel() for role, end in zip(roles, ends, strict=True)}
+        none = np.zeros(ends[0].size)
+        makespan_s = totals(mode, *(lanes.get(role, none) for role in ROLES))
+        bounds.append(float(np.min(problem.unfinished_fraction * makespan_s + np.ravel(extras))) + cheapest_s)
+    return min(bounds, default=math.inf)
+
+
+_PIECES = 4
+"""Pieces each class's stretch of a role's cost curve is cut into by :func:`predict_bound_s`: more is
+tighter and costs more lanes (each a point ``predict_totals_s`` is asked at)."""
+
+
+def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarray, np.ndarray, float]:
+    """Pieces of ``role``'s capacity in ``mode``: each piece's end, the least extra cost at its start, the top.
+
+    Every slot of a class costs at least its cheapest option among the mode's roles and off (what
+    :func:`cheapest_transition_s` counts); serving ``role`` costs the
+    difference more and gives the class's weight. The least extra cost of a capacity is the fractional knapsack
+    of those differences, classes in order of extra cost per capacity (a slot given to this role is not given
+    to the mode's other role, which only adds cost, so summing the roles' curves stays below). A fixed class
+    serving ``role`` adds its capacity at no extra cost. Pieces end at most at ``max_capacity``.
+    """
+    roles = MODE_ROLES[mode]
+    stretches: list[tuple[float, float, int]] = []  # (extra cost per worker, capacity per worker, workers)
+    for c in problem.classes:
+        weight = c.weight.get(role, 0.0)
+        if not c.size or role not in c.eligible or weight <= 0:
+            continue
+        if c.fixed and c.current_role is not None:
+            if c.current_role is role:
+                stretches.append((0.0, weight, c.size))
+            continue
+        least = min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
+        stretches.append((c.cost[role] - least, weight, c.size))
+    stretches.sort(key=lambda s: s[0] / s[1])
+    top = max_capacity(problem, role)
+    starts, extras = [], []
+    at = cost = 0.0
+    for extra, weight, workers in stretches:
+        for _ in range(_PIECES):
+            if at >= top:
+                break
+            starts.append(at)
+            extras.append(cost)
+            at += weight * workers / _PIECES
+            cost += extra * workers / _PIECES
+    ends = np.minimum(np.array([*starts[1:], at]), top) if starts else np.zeros(0)
+    return ends, np.array(extras), top
 
 
 def max_capacity(problem: ClassProblem, role: Role) -> float:

@@ -18,7 +18,15 @@ CORE = sorted(
     + list((ROOT / "pearl_sched").glob("makespan*.py"))
 )
 SOLVERS = sorted((ROOT / "solvers").glob("*.py"))
-REGISTRY = {"get_backend", "available_backends", "solve_class_problem", "enumerate_configurations", "ratio_sweep"}
+REGISTRY = {
+    "get_backend",
+    "available_backends",
+    "solve_class_problem",
+    "enumerate_configurations",
+    "ratio_sweep",
+    "evaluate_lanes",
+    "predict_bound_s",
+}
 """What the core may take from ``pearl_sched.solvers``: the backend registry and the solve entry points."""
 
 

@@ -111,3 +111,20 @@ def test_ratio_sweep_is_enumeration_over_every_split(
             assert swept == enumerate_configurations(problem, window=window, rescore=score)
             answered += swept is not None
     assert answered > 50
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_full_enumeration_in_lanes_is_the_scalar_one(sized: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEARL's full search (every split, then fewer workers) gives the same answer with every count in lanes."""
+    problems = _problems(sized, seed=21 + sized)
+    monkeypatch.setattr(enumeration, "_LANES_FROM", 10**9)  # every count scalar: _best_of, as before lanes
+    scalar = [enumerate_configurations(p) for p in problems]
+    monkeypatch.setattr(enumeration, "_LANES_FROM", 0)  # every count in lanes
+    fewer = sum(
+        1
+        for p, s in zip(problems, scalar, strict=True)
+        if s is not None and usable_workers(p) > sum(map(sum, s.counts))
+    )
+    assert [enumerate_configurations(p) for p in problems] == scalar
+    assert sum(s is not None for s in scalar) > 50
+    assert fewer > 0 or not sized, fewer  # with sizes some answers fall back to fewer workers (node blocks)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from abc import ABC, abstractmethod
 from typing import Any, Protocol, runtime_checkable
 
 from pearl_sched.makespan import DeviceParams
@@ -54,20 +55,32 @@ class StepTimes(Protocol):
         ...
 
 
-def _sequential_mixed_s(
-    steps: StepTimes,
-    prefill_new_tokens: float,
-    prefill_sequences: int,
-    prefill_cached_tokens: float,
-    decode_batch: int,
-    decode_context_tokens: float,
-) -> float:
-    prefill = steps.prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens)
-    decode = steps.decode_s(decode_batch, decode_context_tokens) if decode_batch > 0 else 0.0
-    return prefill + decode
+class _SequentialMixed(ABC):
+    """Step times with no model of a mixed pass: its ``mixed_s`` runs the prefill and decode parts back to back."""
+
+    @abstractmethod
+    def prefill_s(self, new_tokens: float, sequences: int, cached_tokens: float) -> float:
+        """A prefill batch of ``sequences`` with ``new_tokens`` in all, after ``cached_tokens`` each on average."""
+
+    @abstractmethod
+    def decode_s(self, batch: int, context_tokens: float) -> float:
+        """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
+
+    def mixed_s(
+        self,
+        prefill_new_tokens: float,
+        prefill_sequences: int,
+        prefill_cached_tokens: float,
+        decode_batch: int,
+        decode_context_tokens: float,
+    ) -> float:
+        """Prefill part plus decode part back to back (an upper bound on one mixed pass)."""
+        prefill = self.prefill_s(prefill_new_tokens, prefill_sequences, prefill_cached_tokens)
+        decode = self.decode_s(decode_batch, decode_context_tokens) if decode_batch > 0 else 0.0
+        return prefill + decode
 
 
-class LinearStepTimes:
+class LinearStepTimes(_SequentialMixed):
     """PEARL's linear forms: prefill ``t_p`` per new token, decode ``A + b·n`` (context-independent)."""
 
     def __init__(self, device: DeviceParams) -> None:
@@ -86,26 +99,13 @@ class LinearStepTimes:
         """``A + b · batch`` seconds; the context length does not enter PEARL's linear form."""
         return self.device.decode_iteration_s + self.device.decode_per_seq_s * batch
 
-    def mixed_s(
-        self,
-        prefill_new_tokens: float,
-        prefill_sequences: int,
-        prefill_cached_tokens: float,
-        decode_batch: int,
-        decode_context_tokens: float,
-    ) -> float:
-        """Prefill part plus decode part back to back (PEARL's linear forms have no mixed pass)."""
-        return _sequential_mixed_s(
-            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
-        )
-
     @property
     def source(self) -> str:
         """``pearl-linear``: PEARL's device parameters."""
         return "pearl-linear (device parameters; mixed = prefill + decode)"
 
 
-class ComposedStepTimes:
+class ComposedStepTimes(_SequentialMixed):
     """Kernel-composed step times, memoised on a grid of ~6% steps in each argument."""
 
     def __init__(self, model: object) -> None:
@@ -146,26 +146,13 @@ class ComposedStepTimes:
         """Seconds of one decode iteration of exactly ``batch`` sequences at the snapped mean context."""
         return self._decode(batch, self._snap(max(context_tokens, 1.0)))  # batch exact: the iteration's size
 
-    def mixed_s(
-        self,
-        prefill_new_tokens: float,
-        prefill_sequences: int,
-        prefill_cached_tokens: float,
-        decode_batch: int,
-        decode_context_tokens: float,
-    ) -> float:
-        """Prefill part plus decode part back to back (the kernel composition has no mixed pass)."""
-        return _sequential_mixed_s(
-            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
-        )
-
     @property
     def source(self) -> str:
         """``kernel-composition``: aiconfigurator's kernel tables composed here."""
         return "kernel-composition (aiconfigurator SGLang kernel tables; mixed = prefill + decode)"
 
 
-class FittedStepTimes:
+class FittedStepTimes(_SequentialMixed):
     """Step times from component models fitted to a deployment's logged metrics (``profiles.fit``).
 
     ``prefill`` predicts from (tokens, cached tokens, batch size, TP) — a ``prefill`` or ``ttft`` component —
@@ -218,19 +205,6 @@ class FittedStepTimes:
     def decode_s(self, batch: int, context_tokens: float) -> float:
         """One decode iteration of ``batch`` sequences of mean context ``context_tokens``."""
         return self._decode(batch, ComposedStepTimes._snap(max(context_tokens, 1.0)))
-
-    def mixed_s(
-        self,
-        prefill_new_tokens: float,
-        prefill_sequences: int,
-        prefill_cached_tokens: float,
-        decode_batch: int,
-        decode_context_tokens: float,
-    ) -> float:
-        """Prefill part plus decode part back to back (no mixed pass in the logged metrics)."""
-        return _sequential_mixed_s(
-            self, prefill_new_tokens, prefill_sequences, prefill_cached_tokens, decode_batch, decode_context_tokens
-        )
 
     @property
     def source(self) -> str:
