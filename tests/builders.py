@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from collections.abc import Sequence
@@ -186,9 +187,12 @@ def free_ports(n: int) -> list[int]:
     by an earlier call is never returned again: a fixture that asks twice (slots, then the gateway's ports) gets
     distinct ports even before any server has bound its own (a CI run once gave an overlap slot a port that a
     dedicated slot's server then held).
+
+    Under pytest-xdist each worker draws from its own slice of that range: a port one worker has chosen but
+    whose server has not bound it yet is never chosen by another.
     """
-    low = _ephemeral_low()
-    first = max(1024, low - 12_000)
+    ephemeral = _ephemeral_low()
+    first, low = _worker_slice(max(1024, ephemeral - 12_000), ephemeral)
     chosen: list[socket.socket] = []
     rng = random.Random()
     while len(chosen) < n:
@@ -208,6 +212,16 @@ def free_ports(n: int) -> list[int]:
     for s in chosen:
         s.close()
     return ports
+
+
+def _worker_slice(first: int, low: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of ports ``[first, low)`` (all of it outside xdist)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return first, low
+    width = (low - first) // count
+    start = first + int(worker[2:]) * width
+    return start, start + width
 
 
 def _ephemeral_low() -> int:

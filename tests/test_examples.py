@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.needs_data
 def test_example_requests_regenerate_identically(tmp_path: Path) -> None:
     script = (

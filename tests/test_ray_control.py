@@ -119,8 +119,11 @@ def local_ray() -> Iterator[None]:
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time under pytest-xdist
 def test_the_loop_runs_as_a_ray_actor_with_its_own_ticks(local_ray: None) -> None:
-    actor = start_control_actor(build, tick_s=0.05, name="pearl-sched-control-test")
+    # 0.5 s between ticks: the step boundary is submitted one Ray round trip after the loop starts, and on a loaded
+    # machine that trip took over 50 ms, so a tick came first (ticks only follow tick_s without an event)
+    actor = start_control_actor(build, tick_s=0.5, name="pearl-sched-control-test")
     try:
         ray.get(actor.submit.remote("step_boundary", 1.0))
         deadline = time.monotonic() + 30

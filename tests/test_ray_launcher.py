@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 
 from pearl_sched.adapters.ray_launcher import RayLauncher  # noqa: E402 - needs ray
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("ray")]  # one local Ray at a time
 
 KEY = "pearl-ray-test-key-0b7d"
 

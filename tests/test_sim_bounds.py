@@ -54,6 +54,8 @@ def test_a_report_says_which_oracle_its_ratios_use() -> None:
     assert {row["oracle"] for row in report.rows()} == {"static"}
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time under pytest-xdist
 def test_ray_sweep_gives_the_serial_report() -> None:
     ray = pytest.importorskip("ray")
     scenario = tiny()

@@ -149,6 +149,7 @@ def _check_invariants(
     assert result.carried_over >= 0
 
 
+@pytest.mark.slow
 @given(
     counts=st.lists(st.sampled_from([4.0, 6.0, 8.0]), min_size=1, max_size=4),
     policy=st.sampled_from(["rlboost+", "static-3p5d", "pearl_sched", "ungated"]),

@@ -112,6 +112,7 @@ def test_no_policy_starts_step_0_training_before_the_exhaustive_search(
         assert bound.throughput_tok_s >= result.throughput_tok_s * (1 - 1e-12), name
 
 
+@pytest.mark.slow
 def test_no_policy_beats_the_exhaustive_search_over_two_steps() -> None:
     """Over two steps the search is per step, not a bound by construction; on this instance nothing beats it."""
     bound = _run(HindsightSearch(beam=None, shares=None), trace=TWO_STEPS)
@@ -230,6 +231,7 @@ def sized_runs() -> tuple[HindsightSearch, SegmentResult, SegmentResult]:
     return search, result, run_policy_segment(scenario, "pearl_sched", 0, DATA)
 
 
+@pytest.mark.slow
 def test_with_sizes_the_search_replays_exactly_and_is_at_least_pearl_sched(
     sized_runs: tuple[HindsightSearch, SegmentResult, SegmentResult],
 ) -> None:

@@ -142,6 +142,7 @@ def test_a_regroup_restarts_the_gpus_as_a_worker_of_the_new_size_at_its_cost_ste
     assert devices[1] == prior[1]  # no TP1 worker ran: the prior stays
 
 
+@pytest.mark.slow
 @pytest.mark.needs_data
 def test_only_the_planner_that_knows_sizes_regroups_and_the_others_keep_the_scenarios_size() -> None:
     scenario = tiny(worker_sizes=SIZES, batch_prompts=8, dedicated_rollout_gpus=8)

@@ -70,6 +70,7 @@ def test_labels_list_mixed_sizes_within_a_role() -> None:
     assert sized_label({Role.COLOCATED: (TP[2],) * 5}, TP[2]) == "5C"
 
 
+@pytest.mark.slow
 @pytest.mark.needs_data
 def test_the_labels_are_the_simulated_clusters_and_a_sized_configuration_simulates() -> None:
     base = load_scenario("e2e")
