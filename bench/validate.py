@@ -293,6 +293,67 @@ _b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --ch
     kv_cache_dtype="fp8",
     chunked_prefill_size=16384,
 )
+_SRT_SLURM_B200_FP4_STP = (
+    'NVIDIA/srt-slurm recipes/b200-fp4/{}.yaml ({}) as of csahithi/srt-slurm f4e23a0 (2026-02-10 06:14 UTC, "modify'
+    ' b200 sgl fp4 non-mtp configs (#168)"; the same files byte for byte in the sa-submission-q1-2026 squash merge'
+    " 5063eb43, 2026-03-03), named by InferenceX dsr1-fp4-b200-dynamo-sglang at 46e0b5ff0 (2026-02-11 01:17 UTC, the"
+    " commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-runtime)"
+)
+_B200_FP4_STP = (  # (recipe, workers, ISL, C, prefill layout / cap / chunk, decode layout / cap / CUDA graphs)
+    (
+        "1k1k/stp/max-tpt-dep4-1p-dep8-1d",
+        (1, 1),
+        _K1,
+        (512, 512),
+        ((1, 4, 1, 4), 1024, 32768),
+        ((1, 8, 1, 8), 1024, 1024),
+    ),
+    ("1k1k/stp/max-tpt-dep4-1p-dep8-2d", (1, 2), _K1, (512, 512), ((1, 4, 1, 4), 512, 32768), ((1, 8, 1, 8), 512, 512)),
+    (
+        "8k1k/stp/low-latency-dep4-1p-tep8-1d",
+        (1, 1),
+        _K8,
+        (64, 128),
+        ((1, 4, 1, 4), 512, 32768),
+        ((8, 1, 1, 8), 512, 512),
+    ),
+    ("8k1k/stp/low-latency-tp4-1p-tp8-1d", (1, 1), _K8, (4, 64), ((4, 1, 4, 1), 512, 32768), ((8, 1, 8, 1), 512, 512)),
+    (
+        "8k1k/stp/max-tpt-dep4-7p-dep8-2d",
+        (7, 2),
+        _K8,
+        (1024, 2048),
+        ((1, 4, 1, 4), 1024, 65536),
+        ((1, 8, 1, 8), 2048, 1024),
+    ),
+)
+"""The dsr1-fp4-b200-dynamo-sglang recipes whose runs the rows hold (configs 527, 532, 530, 535, 538). Every engine:
+``--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --disable-radix-cache``; the prefill engine's
+``--chunked-prefill-size`` = ``--max-prefill-tokens`` as listed, the decode engine's 32,768."""
+
+
+def _b200_fp4_stp_launches(
+    role: str,
+) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
+    """The :data:`_B200_FP4_STP` records of ``role``, by (role, layout)."""
+    out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
+    for recipe, workers, isl, conc, prefill, decode in _B200_FP4_STP:
+        layout, cap, tokens_or_graphs = prefill if role == "prefill" else decode
+        flags = LaunchFlags(
+            _SRT_SLURM_B200_FP4_STP.format(recipe, role),
+            mem_fraction_static=0.85,
+            kv_cache_dtype="fp8",
+            chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
+            max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
+            max_running_requests=cap,
+            cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
+            workers=workers,
+            search_space=((isl, _K1, *conc),),
+        )
+        out[(role, layout)] = (*out.get((role, layout), ()), flags)
+    return out
+
+
 _B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
     ((1, 2), 128, (288, 288)),
     ((1, 1), 256, (160, 288)),
@@ -498,6 +559,17 @@ RECORDED_LAUNCHES: dict[
             ),
         ),
     },
+    # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
+    # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
+    # row tied by its image, date, worker counts, layouts and concurrency to one recipe of the config
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp4",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+        "2026-02-11",
+    ): {**_b200_fp4_stp_launches("prefill"), **_b200_fp4_stp_launches("decode")},
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP

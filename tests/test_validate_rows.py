@@ -640,3 +640,51 @@ def test_aic_decode_estimate_takes_the_layout_the_launch_script_ran() -> None:
     assert row.sim_tpot_s == pytest.approx(0.0259, rel=0.02)  # 32.8 ms measured; 58.0 ms at the recorded MoE TP 32
     (reason,) = failed
     assert "decode (1, 32, 1, 32): no large-EP data" in reason and "nvfp4" in reason
+
+
+def test_the_b200_fp4_pd_rows_run_with_the_recipe_their_workers_layouts_and_concurrency_name() -> None:
+    # dsr1-fp4-b200-dynamo-sglang (2026-02-11): C 512 at 1k/1k ran as 1P1D (1,024 running requests) and as 1P2D (512);
+    # 8k/1k C 64 ran as config 530 (decode TP 8 / EP 8) and config 535 (prefill TP 4, decode TP 8); 7P2D at C 1,024
+    rows = {
+        r["id"].rsplit("_", 2)[-2] + "_" + r["id"].rsplit("_", 1)[-1]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].startswith("dsr1_b200_sglang_fp4_disagg")
+        and r["id"].endswith(("_c512_cfg527", "_c512_cfg532", "_c64_cfg530", "_c64_cfg535", "_c1024_cfg538"))
+    }
+    assert len(rows) == 5
+    got = {}
+    for name, row in rows.items():
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        assert prefill is not None and decode is not None
+        assert prefill.script.split(".yaml")[0] == decode.script.split(".yaml")[0]
+        assert (prefill.mem_fraction_static, decode.mem_fraction_static, decode.kv_cache_dtype) == (0.85, 0.85, "fp8")
+        got[name] = (
+            prefill.script.split(".yaml")[0].rsplit("/", 1)[-1],
+            prefill.max_prefill_tokens,
+            decode.max_running_requests,
+            decode.cuda_graph_max_bs,
+        )
+    assert got == {
+        "c512_cfg527": ("max-tpt-dep4-1p-dep8-1d", 32768, 1024, 1024),
+        "c512_cfg532": ("max-tpt-dep4-1p-dep8-2d", 32768, 512, 512),
+        "c64_cfg530": ("low-latency-dep4-1p-tep8-1d", 32768, 512, 512),
+        "c64_cfg535": ("low-latency-tp4-1p-tp8-1d", 32768, 512, 512),
+        "c1024_cfg538": ("max-tpt-dep4-7p-dep8-2d", 65536, 2048, 1024),
+    }
+    # a concurrency or worker count the config did not launch that recipe for is not tied
+    assert validate.recorded_launch({**rows["c512_cfg527"], "batch_size": "256"}, "decode", (1, 8, 1, 8)) is None
+    assert (
+        validate.recorded_launch({**rows["c1024_cfg538"], "prefill_num_workers": "4"}, "decode", (1, 8, 1, 8)) is None
+    )
+    out, skipped = validate.disagg_rows([rows["c1024_cfg538"]], {})
+    assert not skipped
+    (item,) = out
+    assert item.roles is not None
+    prefill_role, decode_role = item.roles
+    assert (prefill_role.workers, decode_role.workers) == (7, 2)
+    assert (prefill_role.max_running_requests, decode_role.max_running_requests) == (256, 256)  # // DP 4, // DP 8
+    steps = decode_role.steps
+    assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
+    per_token = steps.memory_breakdown().kv_bytes_per_token
+    assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.85 - steps.sglang_weights_bytes()) // per_token
