@@ -293,13 +293,18 @@ _b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --ch
     kv_cache_dtype="fp8",
     chunked_prefill_size=16384,
 )
+_StpSide = tuple[tuple[int, int, int | None, int | None], int, int]
+"""(layout, ``--max-running-requests``, prefill: ``--chunked-prefill-size`` / decode: ``--cuda-graph-max-bs``)."""
+_StpVariant = tuple[str, tuple[int, int], int, tuple[int, int], _StpSide, _StpSide]
+"""(recipe, (prefill, decode) workers, ISL, (first C, last C), prefill side, decode side); OSL 1,024."""
+_TP8_EP8 = (8, 1, 1, 8)
 _SRT_SLURM_B200_FP4_STP = (
     'NVIDIA/srt-slurm recipes/b200-fp4/{}.yaml ({}) as of csahithi/srt-slurm f4e23a0 (2026-02-10 06:14 UTC, "modify'
     ' b200 sgl fp4 non-mtp configs (#168)"; the same files byte for byte in the sa-submission-q1-2026 squash merge'
     " 5063eb43, 2026-03-03), named by InferenceX dsr1-fp4-b200-dynamo-sglang at 46e0b5ff0 (2026-02-11 01:17 UTC, the"
     " commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-runtime)"
 )
-_B200_FP4_STP = (  # (recipe, workers, ISL, C, prefill layout / cap / chunk, decode layout / cap / CUDA graphs)
+_B200_FP4_STP: tuple[_StpVariant, ...] = (  # (recipe, (prefill, decode) workers, ISL, C, prefill, decode)
     (
         "1k1k/stp/max-tpt-dep4-1p-dep8-1d",
         (1, 1),
@@ -330,27 +335,40 @@ _B200_FP4_STP = (  # (recipe, workers, ISL, C, prefill layout / cap / chunk, dec
 """The dsr1-fp4-b200-dynamo-sglang recipes whose runs the rows hold (configs 527, 532, 530, 535, 538). Every engine:
 ``--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --disable-radix-cache``; the prefill engine's
 ``--chunked-prefill-size`` = ``--max-prefill-tokens`` as listed, the decode engine's 32,768."""
+_SRT_SLURM_B200_FP8_STP = (
+    'NVIDIA/srt-slurm recipes/b200-fp8/{}.yaml ({}) as of csahithi/srt-slurm db462bd (2026-02-07 00:52 UTC, "adds'
+    " modified B200-fp8 recipes\"; the same files byte for byte at the branch's f4e23a0, 2026-02-10, and in the"
+    " sa-submission-q1-2026 squash merge 5063eb43, 2026-03-03), named by InferenceX dsr1-fp8-b200-dynamo-sglang at"
+    " 8a02464b8 (2026-02-07 07:08 UTC, the commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-amd64)"
+)
+_B200_FP8_STP: tuple[_StpVariant, ...] = (  # as _B200_FP4_STP; C: the config's conc-list, first to last
+    ("8k1k/stp/low-latency-tep8-1p4d", (1, 4), _K8, (64, 512), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/max-tpt-dep8-1p1d", (1, 1), _K8, (128, 1024), ((1, 8, 1, 8), 1024, 32768), ((1, 8, 1, 8), 1024, 1024)),
+    ("8k1k/stp/max-tpt-dep8-2p1d", (2, 1), _K8, (256, 1024), ((1, 8, 1, 8), 1024, 32768), ((1, 8, 1, 8), 1024, 1024)),
+)
+"""The dsr1-fp8-b200-dynamo-sglang STP recipes whose runs the rows hold (configs 453, 457, 459); every engine's flags
+as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
 
 
-def _b200_fp4_stp_launches(
-    role: str,
+def _stp_launches(
+    script: str, variants: tuple[_StpVariant, ...]
 ) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
-    """The :data:`_B200_FP4_STP` records of ``role``, by (role, layout)."""
+    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout)."""
     out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
-    for recipe, workers, isl, conc, prefill, decode in _B200_FP4_STP:
-        layout, cap, tokens_or_graphs = prefill if role == "prefill" else decode
-        flags = LaunchFlags(
-            _SRT_SLURM_B200_FP4_STP.format(recipe, role),
-            mem_fraction_static=0.85,
-            kv_cache_dtype="fp8",
-            chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
-            max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
-            max_running_requests=cap,
-            cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
-            workers=workers,
-            search_space=((isl, _K1, *conc),),
-        )
-        out[(role, layout)] = (*out.get((role, layout), ()), flags)
+    for recipe, workers, isl, conc, prefill, decode in variants:
+        for role, (layout, cap, tokens_or_graphs) in (("prefill", prefill), ("decode", decode)):
+            flags = LaunchFlags(
+                script.format(recipe, role),
+                mem_fraction_static=0.85,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
+                max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
+                max_running_requests=cap,
+                cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
+                workers=workers,
+                search_space=((isl, _K1, *conc),),
+            )
+            out[(role, layout)] = (*out.get((role, layout), ()), flags)
     return out
 
 
@@ -569,7 +587,17 @@ RECORDED_LAUNCHES: dict[
         "disagg",
         "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
         "2026-02-11",
-    ): {**_b200_fp4_stp_launches("prefill"), **_b200_fp4_stp_launches("decode")},
+    ): _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    # dsr1-fp8-b200-dynamo-sglang STP on 2026-02-07 (configs 453: 1P4D TP 8 / EP 8 at C 64; 457: 1P1D and 459: 2P1D,
+    # attention-DP 8 / EP 8 at C 128 / 256): tied as the FP4 rows above
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-02-07",
+    ): _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP

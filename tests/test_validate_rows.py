@@ -688,3 +688,28 @@ def test_the_b200_fp4_pd_rows_run_with_the_recipe_their_workers_layouts_and_conc
     assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
     per_token = steps.memory_breakdown().kv_bytes_per_token
     assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.85 - steps.sglang_weights_bytes()) // per_token
+
+
+def test_the_b200_fp8_pd_rows_of_2026_02_07_run_with_their_stp_recipes() -> None:
+    # dsr1-fp8-b200-dynamo-sglang at its first commit: 1P4D TP 8 / EP 8 (config 453), 1P1D and 2P1D attention-DP 8
+    # (457 / 459); the 2026-03-18 rows of the same image keep their own (8k1k.yaml) records
+    rows = {
+        r["id"].rsplit("_", 1)[-1]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].endswith(("_c64_cfg453", "_c128_cfg457", "_c256_cfg459"))
+    }
+    assert len(rows) == 3
+    got = {}
+    for name, row in rows.items():
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        assert prefill is not None and decode is not None and "db462bd" in decode.script
+        assert (prefill.mem_fraction_static, decode.kv_cache_dtype, prefill.cuda_graph_max_bs) == (0.85, "fp8", None)
+        got[name] = (decode.script.split(".yaml")[0].rsplit("/", 1)[-1], decode.workers, decode.max_running_requests)
+    assert got == {
+        "cfg453": ("low-latency-tep8-1p4d", (1, 4), 512),
+        "cfg457": ("max-tpt-dep8-1p1d", (1, 1), 1024),
+        "cfg459": ("max-tpt-dep8-2p1d", (2, 1), 1024),
+    }
+    later = {**rows["cfg457"], "silicon_data_source": rows["cfg457"]["silicon_data_source"].replace("02-07", "03-18")}
+    assert validate.recorded_launch(later, "decode", (1, 8, 1, 8)) is None  # 8k1k.yaml has no 1P1D variant at C 128
