@@ -295,59 +295,76 @@ _b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --ch
 )
 _StpSide = tuple[tuple[int, int, int | None, int | None], int, int]
 """(layout, ``--max-running-requests``, prefill: ``--chunked-prefill-size`` / decode: ``--cuda-graph-max-bs``)."""
-_StpVariant = tuple[str, tuple[int, int], int, tuple[int, int], _StpSide, _StpSide]
-"""(recipe, (prefill, decode) workers, ISL, (first C, last C), prefill side, decode side); OSL 1,024."""
-_TP8_EP8 = (8, 1, 1, 8)
+_StpVariant = tuple[str, tuple[int, int], int, tuple[int, ...], _StpSide, _StpSide]
+"""(recipe, (prefill, decode) workers, ISL, the recipe's ``benchmark.concurrencies``, prefill side, decode side); OSL
+1,024. InferenceX runs ``srtctl apply -f $CONFIG_FILE``: the recipe's concurrencies are the runs."""
+_TP8_EP8, _DEP4, _DEP8 = (8, 1, 1, 8), (1, 4, 1, 4), (1, 8, 1, 8)
 _SRT_SLURM_B200_FP4_STP = (
     'NVIDIA/srt-slurm recipes/b200-fp4/{}.yaml ({}) as of csahithi/srt-slurm f4e23a0 (2026-02-10 06:14 UTC, "modify'
     ' b200 sgl fp4 non-mtp configs (#168)"; the same files byte for byte in the sa-submission-q1-2026 squash merge'
     " 5063eb43, 2026-03-03), named by InferenceX dsr1-fp4-b200-dynamo-sglang at 46e0b5ff0 (2026-02-11 01:17 UTC, the"
     " commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-runtime)"
 )
-_B200_FP4_STP: tuple[_StpVariant, ...] = (  # (recipe, (prefill, decode) workers, ISL, C, prefill, decode)
-    (
-        "1k1k/stp/max-tpt-dep4-1p-dep8-1d",
-        (1, 1),
-        _K1,
-        (512, 512),
-        ((1, 4, 1, 4), 1024, 32768),
-        ((1, 8, 1, 8), 1024, 1024),
-    ),
-    ("1k1k/stp/max-tpt-dep4-1p-dep8-2d", (1, 2), _K1, (512, 512), ((1, 4, 1, 4), 512, 32768), ((1, 8, 1, 8), 512, 512)),
-    (
-        "8k1k/stp/low-latency-dep4-1p-tep8-1d",
-        (1, 1),
-        _K8,
-        (64, 128),
-        ((1, 4, 1, 4), 512, 32768),
-        ((8, 1, 1, 8), 512, 512),
-    ),
-    ("8k1k/stp/low-latency-tp4-1p-tp8-1d", (1, 1), _K8, (4, 64), ((4, 1, 4, 1), 512, 32768), ((8, 1, 8, 1), 512, 512)),
-    (
-        "8k1k/stp/max-tpt-dep4-7p-dep8-2d",
-        (7, 2),
-        _K8,
-        (1024, 2048),
-        ((1, 4, 1, 4), 1024, 65536),
-        ((1, 8, 1, 8), 2048, 1024),
-    ),
+_B200_FP4_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config, as InferenceX named them
+    ("1k1k/stp/low-latency-dep4-1p-tep8-5d", (1, 5), _K1, (16, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("1k1k/stp/low-latency-dep4-1p-tep8-6d", (1, 6), _K1, (32, 64, 256), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("1k1k/stp/max-tpt-dep4-1p-dep8-1d", (1, 1), _K1, (512,), (_DEP4, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("1k1k/stp/max-tpt-dep4-1p-dep8-2d", (1, 2), _K1, (512,), (_DEP4, 512, 32768), (_DEP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-1p-tep8-1d", (1, 1), _K8, (64, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-1p-tep8-5d", (1, 5), _K8, (8,), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-2p-tep8-5d", (2, 5), _K8, (4, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tp4-1p-tp8-1d", (1, 1), _K8, (4, 8, 16, 64), (_TP4, 512, 32768), (_TP8, 512, 512)),
+    ("8k1k/stp/max-tpt-dep4-7p-dep8-2d", (7, 2), _K8, (1024, 2048), (_DEP4, 1024, 65536), (_DEP8, 2048, 1024)),
 )
-"""The dsr1-fp4-b200-dynamo-sglang recipes whose runs the rows hold (configs 527, 532, 530, 535, 538). Every engine:
-``--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --disable-radix-cache``; the prefill engine's
-``--chunked-prefill-size`` = ``--max-prefill-tokens`` as listed, the decode engine's 32,768."""
+"""The dsr1-fp4-b200-dynamo-sglang STP recipes (the rows of configs 527, 530, 532, 535, 538 and the export rows they
+identify). Every engine: ``--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --disable-radix-cache``; the prefill
+engine's ``--chunked-prefill-size`` = ``--max-prefill-tokens`` as listed, the decode engine's 32,768."""
 _SRT_SLURM_B200_FP8_STP = (
     'NVIDIA/srt-slurm recipes/b200-fp8/{}.yaml ({}) as of csahithi/srt-slurm db462bd (2026-02-07 00:52 UTC, "adds'
     " modified B200-fp8 recipes\"; the same files byte for byte at the branch's f4e23a0, 2026-02-10, and in the"
     " sa-submission-q1-2026 squash merge 5063eb43, 2026-03-03), named by InferenceX dsr1-fp8-b200-dynamo-sglang at"
     " 8a02464b8 (2026-02-07 07:08 UTC, the commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-amd64)"
 )
-_B200_FP8_STP: tuple[_StpVariant, ...] = (  # as _B200_FP4_STP; C: the config's conc-list, first to last
-    ("8k1k/stp/low-latency-tep8-1p4d", (1, 4), _K8, (64, 512), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
-    ("8k1k/stp/max-tpt-dep8-1p1d", (1, 1), _K8, (128, 1024), ((1, 8, 1, 8), 1024, 32768), ((1, 8, 1, 8), 1024, 1024)),
-    ("8k1k/stp/max-tpt-dep8-2p1d", (2, 1), _K8, (256, 1024), ((1, 8, 1, 8), 1024, 32768), ((1, 8, 1, 8), 1024, 1024)),
+_B200_FP8_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config
+    ("1k1k/stp/low-latency-tep8-1p1d", (1, 1), _K1, (4,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    (
+        "1k1k/stp/low-latency-tep8-1p3d",
+        (1, 3),
+        _K1,
+        (16, 32, 64, 128, 256),
+        (_TP8_EP8, 512, 32768),
+        (_TP8_EP8, 512, 512),
+    ),
+    ("1k1k/stp/max-tpt-dep8-1p5d", (1, 5), _K1, (1024,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("1k1k/stp/max-tpt-dep8-2p5d", (2, 5), _K1, (2048,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("8k1k/stp/low-latency-tep8-1p1d", (1, 1), _K8, (4, 32, 64), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tep8-1p4d", (1, 4), _K8, (64,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tep8-1p6d", (1, 6), _K8, (32,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/max-tpt-dep8-1p1d", (1, 1), _K8, (128,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("8k1k/stp/max-tpt-dep8-2p1d", (2, 1), _K8, (256,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
 )
-"""The dsr1-fp8-b200-dynamo-sglang STP recipes whose runs the rows hold (configs 453, 457, 459); every engine's flags
-as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
+"""The dsr1-fp8-b200-dynamo-sglang STP recipes (the rows of configs 453, 457, 459 and the export rows they identify);
+every engine's flags as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
+
+
+@dataclass(frozen=True)
+class RecipeDeployment:
+    """One disaggregated recipe variant: the deployment it launches and the runs it was launched for."""
+
+    recipe: str
+    """Repository, path and commit of the recipe."""
+    workers: tuple[int, int]
+    """(prefill, decode) workers."""
+    prefill_layout: tuple[int, int, int | None, int | None]
+    """(TP, attention-DP, MoE TP, EP) of each prefill engine."""
+    decode_layout: tuple[int, int, int | None, int | None]
+    """(TP, attention-DP, MoE TP, EP) of each decode engine."""
+    isl: int
+    """Input length of its runs."""
+    osl: int
+    """Output length of its runs."""
+    concurrencies: tuple[int, ...]
+    """The concurrencies it ran (``benchmark.concurrencies``)."""
 
 
 def _stp_launches(
@@ -355,7 +372,7 @@ def _stp_launches(
 ) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
     """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout)."""
     out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
-    for recipe, workers, isl, conc, prefill, decode in variants:
+    for recipe, workers, isl, concs, prefill, decode in variants:
         for role, (layout, cap, tokens_or_graphs) in (("prefill", prefill), ("decode", decode)):
             flags = LaunchFlags(
                 script.format(recipe, role),
@@ -366,10 +383,18 @@ def _stp_launches(
                 max_running_requests=cap,
                 cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
                 workers=workers,
-                search_space=((isl, _K1, *conc),),
+                search_space=tuple((isl, _K1, c, c) for c in concs),
             )
             out[(role, layout)] = (*out.get((role, layout), ()), flags)
     return out
+
+
+def _stp_deployments(script: str, variants: tuple[_StpVariant, ...]) -> tuple[RecipeDeployment, ...]:
+    """The deployments of ``variants`` (:data:`RECIPE_DEPLOYMENTS`)."""
+    return tuple(
+        RecipeDeployment(script.format(recipe, "both roles"), workers, prefill[0], decode[0], isl, _K1, concs)
+        for recipe, workers, isl, concs, prefill, decode in variants
+    )
 
 
 _B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
@@ -648,6 +673,52 @@ docs/validation.md, "Rows replayed with their recorded launch flags". Each recor
 rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
 pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
+RECIPE_DEPLOYMENTS: dict[tuple[str, ...], tuple[RecipeDeployment, ...]] = {
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp4",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+        "2026-02-11",
+    ): _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-02-07",
+    ): _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+}
+"""Every recipe variant of a disaggregated config whose recipes are all recorded, by :func:`launch_key`: a row that
+records no worker counts and has no twin takes the deployment of the one variant that ran its ISL / OSL / C
+(:func:`recipe_deployment`; docs/validation.md, "Which disaggregated rows carry their deployment")."""
+
+
+def recipe_deployment(row: dict[str, str]) -> dict[str, str] | None:
+    """``row`` with the worker counts and per-role layouts of the one recorded recipe variant that ran it.
+
+    The variants of the row's deployment (:data:`RECIPE_DEPLOYMENTS` by :func:`launch_key`) whose ISL, OSL and
+    concurrency list hold the row's; None where none or several do (several variants ran that C: which one measured
+    the row is not recorded), and on aiconfigurator-core's pool source (the previous rounds).
+    """
+    key = launch_key(row)
+    conc = recorded_concurrency(row)
+    if POOL_SOURCE != "sglang" or key is None or conc is None:
+        return None
+    lengths = (int(row["isl"]), int(row["osl"]))
+    found = [d for d in RECIPE_DEPLOYMENTS.get(key, ()) if (d.isl, d.osl) == lengths and conc in d.concurrencies]
+    if len(found) != 1:
+        return None
+    (variant,) = found
+    deployment = {**row, "prefill_num_workers": str(variant.workers[0]), "decode_num_workers": str(variant.workers[1])}
+    for role, layout in (("prefill", variant.prefill_layout), ("decode", variant.decode_layout)):
+        for name, value in zip(DISAGG_LAYOUT_FIELDS, layout, strict=True):
+            deployment[f"{role}_{name}"] = "" if value is None else str(value)
+    return deployment
+
+
 LAUNCHES: WeakKeyDictionary[StepTimes, LaunchFlags] = WeakKeyDictionary()
 """The recorded launch flags of each engine built here with them (weak keys, as :data:`POOLS`)."""
 
@@ -1136,6 +1207,8 @@ class DisaggReplayed:
     from_twin: bool
     roles: tuple[PDRole, PDRole] | None = None
     harness: Harness = INFERENCEMAX
+    from_recipe: bool = False
+    """The row records no worker counts and has no twin: its deployment is the one recorded recipe that ran it."""
 
     def replay(self) -> DisaggReplayResult:
         """Replay the row again on its roles' engines, with its own lengths, concurrency and harness."""
@@ -1227,10 +1300,11 @@ def disagg_rows(
     for row in rows:
         if row["mode"] != "disagg":
             continue
-        deployment = row if _has_workers(row) else twins.get(row["id"])
+        deployment = row if _has_workers(row) else twins.get(row["id"]) or recipe_deployment(row)
         if deployment is None:
             skipped[
-                "disagg rows without worker counts and no twin that records them: the deployment is not recorded"
+                "disagg rows without worker counts, no twin that records them and no single recorded recipe that ran"
+                " them: the deployment is not recorded"
             ] += 1
             continue
         conc = recorded_concurrency(row)
@@ -1301,7 +1375,17 @@ def disagg_rows(
         measured = Row(dataset, "disagg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
         assert isinstance(decode.steps, AicStepTimes)
         out.append(
-            DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row, (roles[0], roles[1]), harness)
+            DisaggReplayed(
+                measured,
+                decode.steps,
+                isl,
+                osl,
+                conc,
+                deployment is twins.get(row["id"]),
+                (roles[0], roles[1]),
+                harness,
+                from_recipe=deployment is not row and deployment is not twins.get(row["id"]),
+            )
         )
     return out, skipped
 
@@ -1768,6 +1852,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"validate-note dataset=silicon-sglang mode=disagg rows={twins} without worker counts, run with the deployment"
         " their twin row records (same measurement)"
+    )
+    recipes = sum(d.from_recipe for d in disagg)
+    print(
+        f"validate-note dataset=silicon-sglang mode=disagg rows={recipes} without worker counts or twin, run with the"
+        " deployment of the one recorded recipe that ran their ISL / OSL / C"
     )
     done = len(replayed) + len(disagg)
     print(

@@ -713,3 +713,31 @@ def test_the_b200_fp8_pd_rows_of_2026_02_07_run_with_their_stp_recipes() -> None
     }
     later = {**rows["cfg457"], "silicon_data_source": rows["cfg457"]["silicon_data_source"].replace("02-07", "03-18")}
     assert validate.recorded_launch(later, "decode", (1, 8, 1, 8)) is None  # 8k1k.yaml has no 1P1D variant at C 128
+
+
+def test_an_export_row_without_a_twin_takes_the_one_recipe_that_ran_its_concurrency() -> None:
+    # dsr1-fp4-b200-dynamo-sglang's recipes at 1k/1k ran C 16 / 128 as 1P5D and C 32 / 64 / 256 as 1P6D (decode TP 8 /
+    # EP 8); at 8k/1k C 4 ran in two recipes (2P5D and 1P1D TP 4 / TP 8): not identified, not run
+    rows = {r["id"]: r for r in validate.sglang_silicon_rows()}
+    one = rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_disagg_1024x1024_c32_tp4_0_ep4_0_800"]
+    two = rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_disagg_8192x1024_c4_tp4_0_ep4_0_797"]
+    twins = validate.deployment_twins(list(rows.values()))
+    assert one["prefill_num_workers"] == "" and one["id"] not in twins and two["id"] not in twins
+    deployment = validate.recipe_deployment(one)
+    assert deployment is not None
+    assert (deployment["prefill_num_workers"], deployment["decode_num_workers"]) == ("1", "6")
+    assert validate._side(deployment, "prefill") == (1, 4, 1, 4)
+    assert validate._side(deployment, "decode") == (8, 1, 1, 8)  # the export records (8, 1, 2, 4)
+    launch = validate.recorded_launch(deployment, "decode", (8, 1, 1, 8))
+    assert launch is not None and "low-latency-dep4-1p-tep8-6d" in launch.script
+    assert validate.recipe_deployment(two) is None
+    out, skipped = validate.disagg_rows([one, two], {})
+    assert sum(skipped.values()) == 1
+    (item,) = out
+    assert item.from_recipe and not item.from_twin
+    assert item.roles is not None and (item.roles[0].workers, item.roles[1].workers) == (1, 6)
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recipe_deployment(one) is None  # the previous rounds' source keeps them out
+    finally:
+        validate.set_pool_source("sglang")
