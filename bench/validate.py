@@ -435,6 +435,20 @@ _gb200_fp4_max_tpt_decode = LaunchFlags(  # DeepEP low-latency, flashinfer_cuted
     layout=_DEP32_EP32,
     search_space=((_K1, _K1, 8192, 15000),),  # "Top of curve": 4 prefill workers, 8 decode nodes
 )
+_QWEN35_FP8_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh at 6a5dad463 (2026-03-24 00:52 UTC, the"
+    " commit that moved qwen3.5-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130-amd64 and set the script and search"
+    " space; both unchanged until 626932a11, 2026-03-27), the rows' image and measurement date"
+)
+_qwen35_fp8_b200 = LaunchFlags(  # --cuda-graph-max-bs $CONC: one record per concurrency the config ran
+    _QWEN35_FP8_B200_SH,
+    mem_fraction_static=0.82,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=128,
+)
+_QWEN35_LENGTHS = ((_K1, _K1), (_K1, _K8), (_K8, _K1))
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -490,6 +504,16 @@ RECORDED_LAUNCHES: dict[
             replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH, search_space=((_K1, _K1, 4, 128), (_K8, _K1, 4, last))),
         )
         for layout, last in (((4, 1, 1, 4), 128), ((8, 1, 1, 8), 16))
+    },
+    # qwen3.5-fp8-b200-sglang at 6a5dad463 (TP 8 / EP 1 at C 4-16 and TP 4 / EP 4 at C 16-128, each length):
+    # --mem-fraction-static 0.82, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size / --max-prefill-tokens 32768,
+    # --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130-amd64", "2026-03-24"): {
+        ("agg", layout): tuple(
+            replace(_qwen35_fp8_b200, cuda_graph_max_bs=c, search_space=tuple((i, o, c, c) for i, o in _QWEN35_LENGTHS))
+            for c in concs
+        )
+        for layout, concs in ((_TP8, (4, 8, 16)), ((4, 1, 1, 4), (16, 32, 64, 128)))
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {

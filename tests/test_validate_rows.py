@@ -741,3 +741,24 @@ def test_an_export_row_without_a_twin_takes_the_one_recipe_that_ran_its_concurre
         assert validate.recipe_deployment(one) is None  # the previous rounds' source keeps them out
     finally:
         validate.set_pool_source("sglang")
+
+
+def test_the_qwen35_fp8_b200_rows_of_2026_03_24_replay_with_their_script() -> None:
+    # qwen3.5_fp8_b200.sh at 6a5dad463: 0.82, FP8 KV, 128 running requests, CUDA graphs up to the row's C; TP 8 ran
+    # C 4-16 and TP 4 / EP 4 C 16-128 at every length
+    tp4 = _silicon_row("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_0_ep4_0_342")
+    layout = validate.parallelism(tp4)[:4]
+    assert layout == (4, 1, 1, 4)
+    launch = validate.recorded_launch(tp4, "agg", layout)
+    assert launch is not None and "qwen3.5_fp8_b200.sh at 6a5dad463" in launch.script
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests) == (0.82, "fp8", 128)
+    assert launch.cuda_graph_max_bs == 32
+    assert validate.recorded_launch(tp4, "agg", (8, 1, 8, 1)) is None  # TP 8 ran C 4-16 only
+    engine = validate._engine(tp4, {}, launch=launch)
+    assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
+    hybrid = engine.sglang_hybrid_pool(disable_radix_cache=True, pool_source="sglang", mem_fraction_static=0.82)
+    assert hybrid is not None
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (
+        hybrid.kv_tokens,
+        min(128, hybrid.max_running_requests),
+    )
