@@ -449,6 +449,28 @@ _qwen35_fp8_b200 = LaunchFlags(  # --cuda-graph-max-bs $CONC: one record per con
     max_running_requests=128,
 )
 _QWEN35_LENGTHS = ((_K1, _K1), (_K1, _K8), (_K8, _K1))
+_TP4_EP4 = (4, 1, 1, 4)
+_QWEN35_FP8_B200_SH_0303 = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh at efd49e50b (2026-03-03 17:20 UTC, the"
+    " commit that added qwen3.5-fp8-b200-sglang on lmsysorg/sglang:v0.5.9-cu129-amd64 with the script; unchanged"
+    " until 64c20b6b5, 2026-03-11), the rows' image and measurement date"
+)
+
+
+def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
+    """``flags`` once per concurrency of ``runs`` (ISL, OSL, conc-start, conc-end; InferenceX doubles C from start to
+    end) with ``--cuda-graph-max-bs`` = C, as a script passing ``--cuda-graph-max-bs $CONC`` launches it."""
+    concs = sorted({c for *_, lo, hi in runs for c in (lo << k for k in range(12)) if c <= hi})
+    return tuple(
+        replace(
+            flags,
+            cuda_graph_max_bs=c,
+            search_space=tuple((i, o, c, c) for i, o, lo, hi in runs if c <= hi and c in (lo << k for k in range(12))),
+        )
+        for c in concs
+    )
+
+
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -509,11 +531,19 @@ RECORDED_LAUNCHES: dict[
     # --mem-fraction-static 0.82, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size / --max-prefill-tokens 32768,
     # --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache
     ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130-amd64", "2026-03-24"): {
-        ("agg", layout): tuple(
-            replace(_qwen35_fp8_b200, cuda_graph_max_bs=c, search_space=tuple((i, o, c, c) for i, o in _QWEN35_LENGTHS))
-            for c in concs
-        )
-        for layout, concs in ((_TP8, (4, 8, 16)), ((4, 1, 1, 4), (16, 32, 64, 128)))
+        ("agg", _TP8): _per_concurrency(_qwen35_fp8_b200, tuple((i, o, 4, 16) for i, o in _QWEN35_LENGTHS)),
+        ("agg", _TP4_EP4): _per_concurrency(_qwen35_fp8_b200, tuple((i, o, 16, 128) for i, o in _QWEN35_LENGTHS)),
+    },
+    # qwen3.5-fp8-b200-sglang as added at efd49e50b: TP 4 / EP 4 at 1k/1k C 4-16 and 64, at 1k/8k and 8k/1k C 8-64;
+    # TP 8 at 1k/8k C 4-8 and 8k/1k C 4; the same flags
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu129-amd64", "2026-03-03"): {
+        ("agg", _TP8): _per_concurrency(
+            replace(_qwen35_fp8_b200, script=_QWEN35_FP8_B200_SH_0303), ((_K1, _K8, 4, 8), (_K8, _K1, 4, 4))
+        ),
+        ("agg", _TP4_EP4): _per_concurrency(
+            replace(_qwen35_fp8_b200, script=_QWEN35_FP8_B200_SH_0303),
+            ((_K1, _K1, 4, 16), (_K1, _K1, 64, 64), (_K1, _K8, 8, 64), (_K8, _K1, 8, 64)),
+        ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {

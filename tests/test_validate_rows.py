@@ -762,3 +762,12 @@ def test_the_qwen35_fp8_b200_rows_of_2026_03_24_replay_with_their_script() -> No
         hybrid.kv_tokens,
         min(128, hybrid.max_running_requests),
     )
+
+
+def test_the_qwen35_fp8_b200_rows_of_2026_03_03_follow_the_first_search_space() -> None:
+    # efd49e50b: TP 4 / EP 4 ran 1k/1k at C 4-16 and 64 only (no 32), 1k/8k and 8k/1k at C 8-64
+    row = _silicon_row("2026_04_06_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c8_tp4_ep4_1877")
+    launch = validate.recorded_launch(row, "agg", (4, 1, 1, 4))
+    assert launch is not None and "at efd49e50b" in launch.script and launch.cuda_graph_max_bs == 8
+    assert validate.recorded_launch({**row, "batch_size": "32"}, "agg", (4, 1, 1, 4)) is None
+    assert validate.recorded_launch({**row, "batch_size": "32", "osl": "8192"}, "agg", (4, 1, 1, 4)) is not None
