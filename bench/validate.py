@@ -293,6 +293,110 @@ _b200_fp8_8k1k_decode = LaunchFlags(  # the base recipe's decode engine (no --ch
     kv_cache_dtype="fp8",
     chunked_prefill_size=16384,
 )
+_StpSide = tuple[tuple[int, int, int | None, int | None], int, int]
+"""(layout, ``--max-running-requests``, prefill: ``--chunked-prefill-size`` / decode: ``--cuda-graph-max-bs``)."""
+_StpVariant = tuple[str, tuple[int, int], int, tuple[int, ...], _StpSide, _StpSide]
+"""(recipe, (prefill, decode) workers, ISL, the recipe's ``benchmark.concurrencies``, prefill side, decode side); OSL
+1,024. InferenceX runs ``srtctl apply -f $CONFIG_FILE``: the recipe's concurrencies are the runs."""
+_TP8_EP8, _DEP4, _DEP8 = (8, 1, 1, 8), (1, 4, 1, 4), (1, 8, 1, 8)
+_SRT_SLURM_B200_FP4_STP = (
+    'NVIDIA/srt-slurm recipes/b200-fp4/{}.yaml ({}) as of csahithi/srt-slurm f4e23a0 (2026-02-10 06:14 UTC, "modify'
+    ' b200 sgl fp4 non-mtp configs (#168)"; the same files byte for byte in the sa-submission-q1-2026 squash merge'
+    " 5063eb43, 2026-03-03), named by InferenceX dsr1-fp4-b200-dynamo-sglang at 46e0b5ff0 (2026-02-11 01:17 UTC, the"
+    " commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-runtime)"
+)
+_B200_FP4_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config, as InferenceX named them
+    ("1k1k/stp/low-latency-dep4-1p-tep8-5d", (1, 5), _K1, (16, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("1k1k/stp/low-latency-dep4-1p-tep8-6d", (1, 6), _K1, (32, 64, 256), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("1k1k/stp/max-tpt-dep4-1p-dep8-1d", (1, 1), _K1, (512,), (_DEP4, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("1k1k/stp/max-tpt-dep4-1p-dep8-2d", (1, 2), _K1, (512,), (_DEP4, 512, 32768), (_DEP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-1p-tep8-1d", (1, 1), _K8, (64, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-1p-tep8-5d", (1, 5), _K8, (8,), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-dep4-2p-tep8-5d", (2, 5), _K8, (4, 128), (_DEP4, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tp4-1p-tp8-1d", (1, 1), _K8, (4, 8, 16, 64), (_TP4, 512, 32768), (_TP8, 512, 512)),
+    ("8k1k/stp/max-tpt-dep4-7p-dep8-2d", (7, 2), _K8, (1024, 2048), (_DEP4, 1024, 65536), (_DEP8, 2048, 1024)),
+)
+"""The dsr1-fp4-b200-dynamo-sglang STP recipes (the rows of configs 527, 530, 532, 535, 538 and the export rows they
+identify). Every engine: ``--mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 --disable-radix-cache``; the prefill
+engine's ``--chunked-prefill-size`` = ``--max-prefill-tokens`` as listed, the decode engine's 32,768."""
+_SRT_SLURM_B200_FP8_STP = (
+    'NVIDIA/srt-slurm recipes/b200-fp8/{}.yaml ({}) as of csahithi/srt-slurm db462bd (2026-02-07 00:52 UTC, "adds'
+    " modified B200-fp8 recipes\"; the same files byte for byte at the branch's f4e23a0, 2026-02-10, and in the"
+    " sa-submission-q1-2026 squash merge 5063eb43, 2026-03-03), named by InferenceX dsr1-fp8-b200-dynamo-sglang at"
+    " 8a02464b8 (2026-02-07 07:08 UTC, the commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-amd64)"
+)
+_B200_FP8_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config
+    ("1k1k/stp/low-latency-tep8-1p1d", (1, 1), _K1, (4,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    (
+        "1k1k/stp/low-latency-tep8-1p3d",
+        (1, 3),
+        _K1,
+        (16, 32, 64, 128, 256),
+        (_TP8_EP8, 512, 32768),
+        (_TP8_EP8, 512, 512),
+    ),
+    ("1k1k/stp/max-tpt-dep8-1p5d", (1, 5), _K1, (1024,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("1k1k/stp/max-tpt-dep8-2p5d", (2, 5), _K1, (2048,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("8k1k/stp/low-latency-tep8-1p1d", (1, 1), _K8, (4, 32, 64), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tep8-1p4d", (1, 4), _K8, (64,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/low-latency-tep8-1p6d", (1, 6), _K8, (32,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
+    ("8k1k/stp/max-tpt-dep8-1p1d", (1, 1), _K8, (128,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+    ("8k1k/stp/max-tpt-dep8-2p1d", (2, 1), _K8, (256,), (_DEP8, 1024, 32768), (_DEP8, 1024, 1024)),
+)
+"""The dsr1-fp8-b200-dynamo-sglang STP recipes (the rows of configs 453, 457, 459 and the export rows they identify);
+every engine's flags as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
+
+
+@dataclass(frozen=True)
+class RecipeDeployment:
+    """One disaggregated recipe variant: the deployment it launches and the runs it was launched for."""
+
+    recipe: str
+    """Repository, path and commit of the recipe."""
+    workers: tuple[int, int]
+    """(prefill, decode) workers."""
+    prefill_layout: tuple[int, int, int | None, int | None]
+    """(TP, attention-DP, MoE TP, EP) of each prefill engine."""
+    decode_layout: tuple[int, int, int | None, int | None]
+    """(TP, attention-DP, MoE TP, EP) of each decode engine."""
+    isl: int
+    """Input length of its runs."""
+    osl: int
+    """Output length of its runs."""
+    concurrencies: tuple[int, ...]
+    """The concurrencies it ran (``benchmark.concurrencies``)."""
+
+
+def _stp_launches(
+    script: str, variants: tuple[_StpVariant, ...]
+) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
+    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout)."""
+    out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
+    for recipe, workers, isl, concs, prefill, decode in variants:
+        for role, (layout, cap, tokens_or_graphs) in (("prefill", prefill), ("decode", decode)):
+            flags = LaunchFlags(
+                script.format(recipe, role),
+                mem_fraction_static=0.85,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
+                max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
+                max_running_requests=cap,
+                cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
+                workers=workers,
+                search_space=tuple((isl, _K1, c, c) for c in concs),
+            )
+            out[(role, layout)] = (*out.get((role, layout), ()), flags)
+    return out
+
+
+def _stp_deployments(script: str, variants: tuple[_StpVariant, ...]) -> tuple[RecipeDeployment, ...]:
+    """The deployments of ``variants`` (:data:`RECIPE_DEPLOYMENTS`)."""
+    return tuple(
+        RecipeDeployment(script.format(recipe, "both roles"), workers, prefill[0], decode[0], isl, _K1, concs)
+        for recipe, workers, isl, concs, prefill, decode in variants
+    )
+
+
 _B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
     ((1, 2), 128, (288, 288)),
     ((1, 1), 256, (160, 288)),
@@ -331,6 +435,42 @@ _gb200_fp4_max_tpt_decode = LaunchFlags(  # DeepEP low-latency, flashinfer_cuted
     layout=_DEP32_EP32,
     search_space=((_K1, _K1, 8192, 15000),),  # "Top of curve": 4 prefill workers, 8 decode nodes
 )
+_QWEN35_FP8_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh at 6a5dad463 (2026-03-24 00:52 UTC, the"
+    " commit that moved qwen3.5-fp8-b200-sglang to lmsysorg/sglang:v0.5.9-cu130-amd64 and set the script and search"
+    " space; both unchanged until 626932a11, 2026-03-27), the rows' image and measurement date"
+)
+_qwen35_fp8_b200 = LaunchFlags(  # --cuda-graph-max-bs $CONC: one record per concurrency the config ran
+    _QWEN35_FP8_B200_SH,
+    mem_fraction_static=0.82,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=128,
+)
+_QWEN35_LENGTHS = ((_K1, _K1), (_K1, _K8), (_K8, _K1))
+_TP4_EP4 = (4, 1, 1, 4)
+_QWEN35_FP8_B200_SH_0303 = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200.sh at efd49e50b (2026-03-03 17:20 UTC, the"
+    " commit that added qwen3.5-fp8-b200-sglang on lmsysorg/sglang:v0.5.9-cu129-amd64 with the script; unchanged"
+    " until 64c20b6b5, 2026-03-11), the rows' image and measurement date"
+)
+
+
+def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
+    """``flags`` once per concurrency of ``runs`` (ISL, OSL, conc-start, conc-end; InferenceX doubles C from start to
+    end) with ``--cuda-graph-max-bs`` = C, as a script passing ``--cuda-graph-max-bs $CONC`` launches it."""
+    concs = sorted({c for *_, lo, hi in runs for c in (lo << k for k in range(12)) if c <= hi})
+    return tuple(
+        replace(
+            flags,
+            cuda_graph_max_bs=c,
+            search_space=tuple((i, o, c, c) for i, o, lo, hi in runs if c <= hi and c in (lo << k for k in range(12))),
+        )
+        for c in concs
+    )
+
+
 RECORDED_LAUNCHES: dict[
     tuple[str, ...], dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]
 ] = {
@@ -386,6 +526,24 @@ RECORDED_LAUNCHES: dict[
             replace(_dsr1_fp4_b200, script=_DSR1_FP4_B300_SH, search_space=((_K1, _K1, 4, 128), (_K8, _K1, 4, last))),
         )
         for layout, last in (((4, 1, 1, 4), 128), ((8, 1, 1, 8), 16))
+    },
+    # qwen3.5-fp8-b200-sglang at 6a5dad463 (TP 8 / EP 1 at C 4-16 and TP 4 / EP 4 at C 16-128, each length):
+    # --mem-fraction-static 0.82, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size / --max-prefill-tokens 32768,
+    # --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130-amd64", "2026-03-24"): {
+        ("agg", _TP8): _per_concurrency(_qwen35_fp8_b200, tuple((i, o, 4, 16) for i, o in _QWEN35_LENGTHS)),
+        ("agg", _TP4_EP4): _per_concurrency(_qwen35_fp8_b200, tuple((i, o, 16, 128) for i, o in _QWEN35_LENGTHS)),
+    },
+    # qwen3.5-fp8-b200-sglang as added at efd49e50b: TP 4 / EP 4 at 1k/1k C 4-16 and 64, at 1k/8k and 8k/1k C 8-64;
+    # TP 8 at 1k/8k C 4-8 and 8k/1k C 4; the same flags
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu129-amd64", "2026-03-03"): {
+        ("agg", _TP8): _per_concurrency(
+            replace(_qwen35_fp8_b200, script=_QWEN35_FP8_B200_SH_0303), ((_K1, _K8, 4, 8), (_K8, _K1, 4, 4))
+        ),
+        ("agg", _TP4_EP4): _per_concurrency(
+            replace(_qwen35_fp8_b200, script=_QWEN35_FP8_B200_SH_0303),
+            ((_K1, _K1, 4, 16), (_K1, _K1, 64, 64), (_K1, _K8, 8, 64), (_K8, _K1, 8, 64)),
+        ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
@@ -498,6 +656,27 @@ RECORDED_LAUNCHES: dict[
             ),
         ),
     },
+    # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
+    # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
+    # row tied by its image, date, worker counts, layouts and concurrency to one recipe of the config
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp4",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+        "2026-02-11",
+    ): _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    # dsr1-fp8-b200-dynamo-sglang STP on 2026-02-07 (configs 453: 1P4D TP 8 / EP 8 at C 64; 457: 1P1D and 459: 2P1D,
+    # attention-DP 8 / EP 8 at C 128 / 256): tied as the FP4 rows above
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-02-07",
+    ): _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
@@ -548,6 +727,52 @@ docs/validation.md, "Rows replayed with their recorded launch flags". Each recor
 rows' measurement date, tied to the rows by the commit that set their image; a row without one keeps SGLang's
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
 pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
+RECIPE_DEPLOYMENTS: dict[tuple[str, ...], tuple[RecipeDeployment, ...]] = {
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp4",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+        "2026-02-11",
+    ): _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "b200_sxm",
+        "fp8",
+        "disagg",
+        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+        "2026-02-07",
+    ): _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+}
+"""Every recipe variant of a disaggregated config whose recipes are all recorded, by :func:`launch_key`: a row that
+records no worker counts and has no twin takes the deployment of the one variant that ran its ISL / OSL / C
+(:func:`recipe_deployment`; docs/validation.md, "Which disaggregated rows carry their deployment")."""
+
+
+def recipe_deployment(row: dict[str, str]) -> dict[str, str] | None:
+    """``row`` with the worker counts and per-role layouts of the one recorded recipe variant that ran it.
+
+    The variants of the row's deployment (:data:`RECIPE_DEPLOYMENTS` by :func:`launch_key`) whose ISL, OSL and
+    concurrency list hold the row's; None where none or several do (several variants ran that C: which one measured
+    the row is not recorded), and on aiconfigurator-core's pool source (the previous rounds).
+    """
+    key = launch_key(row)
+    conc = recorded_concurrency(row)
+    if POOL_SOURCE != "sglang" or key is None or conc is None:
+        return None
+    lengths = (int(row["isl"]), int(row["osl"]))
+    found = [d for d in RECIPE_DEPLOYMENTS.get(key, ()) if (d.isl, d.osl) == lengths and conc in d.concurrencies]
+    if len(found) != 1:
+        return None
+    (variant,) = found
+    deployment = {**row, "prefill_num_workers": str(variant.workers[0]), "decode_num_workers": str(variant.workers[1])}
+    for role, layout in (("prefill", variant.prefill_layout), ("decode", variant.decode_layout)):
+        for name, value in zip(DISAGG_LAYOUT_FIELDS, layout, strict=True):
+            deployment[f"{role}_{name}"] = "" if value is None else str(value)
+    return deployment
+
+
 LAUNCHES: WeakKeyDictionary[StepTimes, LaunchFlags] = WeakKeyDictionary()
 """The recorded launch flags of each engine built here with them (weak keys, as :data:`POOLS`)."""
 
@@ -1036,6 +1261,8 @@ class DisaggReplayed:
     from_twin: bool
     roles: tuple[PDRole, PDRole] | None = None
     harness: Harness = INFERENCEMAX
+    from_recipe: bool = False
+    """The row records no worker counts and has no twin: its deployment is the one recorded recipe that ran it."""
 
     def replay(self) -> DisaggReplayResult:
         """Replay the row again on its roles' engines, with its own lengths, concurrency and harness."""
@@ -1127,10 +1354,11 @@ def disagg_rows(
     for row in rows:
         if row["mode"] != "disagg":
             continue
-        deployment = row if _has_workers(row) else twins.get(row["id"])
+        deployment = row if _has_workers(row) else twins.get(row["id"]) or recipe_deployment(row)
         if deployment is None:
             skipped[
-                "disagg rows without worker counts and no twin that records them: the deployment is not recorded"
+                "disagg rows without worker counts, no twin that records them and no single recorded recipe that ran"
+                " them: the deployment is not recorded"
             ] += 1
             continue
         conc = recorded_concurrency(row)
@@ -1201,7 +1429,17 @@ def disagg_rows(
         measured = Row(dataset, "disagg", row["id"], ttft, tpot, e2e, res.ttft_s, res.tpot_s, res.e2e_s)
         assert isinstance(decode.steps, AicStepTimes)
         out.append(
-            DisaggReplayed(measured, decode.steps, isl, osl, conc, deployment is not row, (roles[0], roles[1]), harness)
+            DisaggReplayed(
+                measured,
+                decode.steps,
+                isl,
+                osl,
+                conc,
+                deployment is twins.get(row["id"]),
+                (roles[0], roles[1]),
+                harness,
+                from_recipe=deployment is not row and deployment is not twins.get(row["id"]),
+            )
         )
     return out, skipped
 
@@ -1668,6 +1906,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"validate-note dataset=silicon-sglang mode=disagg rows={twins} without worker counts, run with the deployment"
         " their twin row records (same measurement)"
+    )
+    recipes = sum(d.from_recipe for d in disagg)
+    print(
+        f"validate-note dataset=silicon-sglang mode=disagg rows={recipes} without worker counts or twin, run with the"
+        " deployment of the one recorded recipe that ran their ISL / OSL / C"
     )
     done = len(replayed) + len(disagg)
     print(

@@ -640,3 +640,134 @@ def test_aic_decode_estimate_takes_the_layout_the_launch_script_ran() -> None:
     assert row.sim_tpot_s == pytest.approx(0.0259, rel=0.02)  # 32.8 ms measured; 58.0 ms at the recorded MoE TP 32
     (reason,) = failed
     assert "decode (1, 32, 1, 32): no large-EP data" in reason and "nvfp4" in reason
+
+
+def test_the_b200_fp4_pd_rows_run_with_the_recipe_their_workers_layouts_and_concurrency_name() -> None:
+    # dsr1-fp4-b200-dynamo-sglang (2026-02-11): C 512 at 1k/1k ran as 1P1D (1,024 running requests) and as 1P2D (512);
+    # 8k/1k C 64 ran as config 530 (decode TP 8 / EP 8) and config 535 (prefill TP 4, decode TP 8); 7P2D at C 1,024
+    rows = {
+        r["id"].rsplit("_", 2)[-2] + "_" + r["id"].rsplit("_", 1)[-1]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].startswith("dsr1_b200_sglang_fp4_disagg")
+        and r["id"].endswith(("_c512_cfg527", "_c512_cfg532", "_c64_cfg530", "_c64_cfg535", "_c1024_cfg538"))
+    }
+    assert len(rows) == 5
+    got = {}
+    for name, row in rows.items():
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        assert prefill is not None and decode is not None
+        assert prefill.script.split(".yaml")[0] == decode.script.split(".yaml")[0]
+        assert (prefill.mem_fraction_static, decode.mem_fraction_static, decode.kv_cache_dtype) == (0.85, 0.85, "fp8")
+        got[name] = (
+            prefill.script.split(".yaml")[0].rsplit("/", 1)[-1],
+            prefill.max_prefill_tokens,
+            decode.max_running_requests,
+            decode.cuda_graph_max_bs,
+        )
+    assert got == {
+        "c512_cfg527": ("max-tpt-dep4-1p-dep8-1d", 32768, 1024, 1024),
+        "c512_cfg532": ("max-tpt-dep4-1p-dep8-2d", 32768, 512, 512),
+        "c64_cfg530": ("low-latency-dep4-1p-tep8-1d", 32768, 512, 512),
+        "c64_cfg535": ("low-latency-tp4-1p-tp8-1d", 32768, 512, 512),
+        "c1024_cfg538": ("max-tpt-dep4-7p-dep8-2d", 65536, 2048, 1024),
+    }
+    # a concurrency or worker count the config did not launch that recipe for is not tied
+    assert validate.recorded_launch({**rows["c512_cfg527"], "batch_size": "256"}, "decode", (1, 8, 1, 8)) is None
+    assert (
+        validate.recorded_launch({**rows["c1024_cfg538"], "prefill_num_workers": "4"}, "decode", (1, 8, 1, 8)) is None
+    )
+    out, skipped = validate.disagg_rows([rows["c1024_cfg538"]], {})
+    assert not skipped
+    (item,) = out
+    assert item.roles is not None
+    prefill_role, decode_role = item.roles
+    assert (prefill_role.workers, decode_role.workers) == (7, 2)
+    assert (prefill_role.max_running_requests, decode_role.max_running_requests) == (256, 256)  # // DP 4, // DP 8
+    steps = decode_role.steps
+    assert isinstance(steps, AicStepTimes) and steps.kvcache_quant_mode == "fp8"
+    per_token = steps.memory_breakdown().kv_bytes_per_token
+    assert decode_role.pool_tokens == (steps.gpu_memory_bytes() * 0.85 - steps.sglang_weights_bytes()) // per_token
+
+
+def test_the_b200_fp8_pd_rows_of_2026_02_07_run_with_their_stp_recipes() -> None:
+    # dsr1-fp8-b200-dynamo-sglang at its first commit: 1P4D TP 8 / EP 8 (config 453), 1P1D and 2P1D attention-DP 8
+    # (457 / 459); the 2026-03-18 rows of the same image keep their own (8k1k.yaml) records
+    rows = {
+        r["id"].rsplit("_", 1)[-1]: r
+        for r in validate.sglang_silicon_rows()
+        if r["id"].endswith(("_c64_cfg453", "_c128_cfg457", "_c256_cfg459"))
+    }
+    assert len(rows) == 3
+    got = {}
+    for name, row in rows.items():
+        prefill = validate.recorded_launch(row, "prefill", validate._side(row, "prefill"))
+        decode = validate.recorded_launch(row, "decode", validate._side(row, "decode"))
+        assert prefill is not None and decode is not None and "db462bd" in decode.script
+        assert (prefill.mem_fraction_static, decode.kv_cache_dtype, prefill.cuda_graph_max_bs) == (0.85, "fp8", None)
+        got[name] = (decode.script.split(".yaml")[0].rsplit("/", 1)[-1], decode.workers, decode.max_running_requests)
+    assert got == {
+        "cfg453": ("low-latency-tep8-1p4d", (1, 4), 512),
+        "cfg457": ("max-tpt-dep8-1p1d", (1, 1), 1024),
+        "cfg459": ("max-tpt-dep8-2p1d", (2, 1), 1024),
+    }
+    later = {**rows["cfg457"], "silicon_data_source": rows["cfg457"]["silicon_data_source"].replace("02-07", "03-18")}
+    assert validate.recorded_launch(later, "decode", (1, 8, 1, 8)) is None  # 8k1k.yaml has no 1P1D variant at C 128
+
+
+def test_an_export_row_without_a_twin_takes_the_one_recipe_that_ran_its_concurrency() -> None:
+    # dsr1-fp4-b200-dynamo-sglang's recipes at 1k/1k ran C 16 / 128 as 1P5D and C 32 / 64 / 256 as 1P6D (decode TP 8 /
+    # EP 8); at 8k/1k C 4 ran in two recipes (2P5D and 1P1D TP 4 / TP 8): not identified, not run
+    rows = {r["id"]: r for r in validate.sglang_silicon_rows()}
+    one = rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_disagg_1024x1024_c32_tp4_0_ep4_0_800"]
+    two = rows["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_disagg_8192x1024_c4_tp4_0_ep4_0_797"]
+    twins = validate.deployment_twins(list(rows.values()))
+    assert one["prefill_num_workers"] == "" and one["id"] not in twins and two["id"] not in twins
+    deployment = validate.recipe_deployment(one)
+    assert deployment is not None
+    assert (deployment["prefill_num_workers"], deployment["decode_num_workers"]) == ("1", "6")
+    assert validate._side(deployment, "prefill") == (1, 4, 1, 4)
+    assert validate._side(deployment, "decode") == (8, 1, 1, 8)  # the export records (8, 1, 2, 4)
+    launch = validate.recorded_launch(deployment, "decode", (8, 1, 1, 8))
+    assert launch is not None and "low-latency-dep4-1p-tep8-6d" in launch.script
+    assert validate.recipe_deployment(two) is None
+    out, skipped = validate.disagg_rows([one, two], {})
+    assert sum(skipped.values()) == 1
+    (item,) = out
+    assert item.from_recipe and not item.from_twin
+    assert item.roles is not None and (item.roles[0].workers, item.roles[1].workers) == (1, 6)
+    validate.set_pool_source("aiconfigurator")
+    try:
+        assert validate.recipe_deployment(one) is None  # the previous rounds' source keeps them out
+    finally:
+        validate.set_pool_source("sglang")
+
+
+def test_the_qwen35_fp8_b200_rows_of_2026_03_24_replay_with_their_script() -> None:
+    # qwen3.5_fp8_b200.sh at 6a5dad463: 0.82, FP8 KV, 128 running requests, CUDA graphs up to the row's C; TP 8 ran
+    # C 4-16 and TP 4 / EP 4 C 16-128 at every length
+    tp4 = _silicon_row("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c32_tp4_0_ep4_0_342")
+    layout = validate.parallelism(tp4)[:4]
+    assert layout == (4, 1, 1, 4)
+    launch = validate.recorded_launch(tp4, "agg", layout)
+    assert launch is not None and "qwen3.5_fp8_b200.sh at 6a5dad463" in launch.script
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests) == (0.82, "fp8", 128)
+    assert launch.cuda_graph_max_bs == 32
+    assert validate.recorded_launch(tp4, "agg", (8, 1, 8, 1)) is None  # TP 8 ran C 4-16 only
+    engine = validate._engine(tp4, {}, launch=launch)
+    assert isinstance(engine, AicStepTimes) and engine.kvcache_quant_mode == "fp8"
+    hybrid = engine.sglang_hybrid_pool(disable_radix_cache=True, pool_source="sglang", mem_fraction_static=0.82)
+    assert hybrid is not None
+    assert validate.server_memory(engine, validate.INFERENCEMAX) == (
+        hybrid.kv_tokens,
+        min(128, hybrid.max_running_requests),
+    )
+
+
+def test_the_qwen35_fp8_b200_rows_of_2026_03_03_follow_the_first_search_space() -> None:
+    # efd49e50b: TP 4 / EP 4 ran 1k/1k at C 4-16 and 64 only (no 32), 1k/8k and 8k/1k at C 8-64
+    row = _silicon_row("2026_04_06_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c8_tp4_ep4_1877")
+    launch = validate.recorded_launch(row, "agg", (4, 1, 1, 4))
+    assert launch is not None and "at efd49e50b" in launch.script and launch.cuda_graph_max_bs == 8
+    assert validate.recorded_launch({**row, "batch_size": "32"}, "agg", (4, 1, 1, 4)) is None
+    assert validate.recorded_launch({**row, "batch_size": "32", "osl": "8192"}, "agg", (4, 1, 1, 4)) is not None
