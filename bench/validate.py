@@ -456,6 +456,19 @@ _QWEN35_FP8_B200_SH_0303 = (
     " until 64c20b6b5, 2026-03-11), the rows' image and measurement date"
 )
 
+_QWEN35_FP8_H200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_h200.sh at f65d6b4b1 (2026-03-04 18:52 UTC, the"
+    " commit that added qwen3.5-fp8-h200-sglang on lmsysorg/sglang:v0.5.9-cu129-amd64 with the script; unchanged"
+    " until 64c20b6b5, 2026-03-11), the rows' image and measurement date"
+)
+_qwen35_fp8_h200 = LaunchFlags(  # --cuda-graph-max-bs $CONC: one record per concurrency the config ran
+    _QWEN35_FP8_H200_SH,
+    mem_fraction_static=0.8,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=16384,
+    max_running_requests=128,
+)
+
 
 def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
     """``flags`` once per concurrency of ``runs`` (ISL, OSL, conc-start, conc-end; InferenceX doubles C from start to
@@ -544,6 +557,13 @@ RECORDED_LAUNCHES: dict[
             replace(_qwen35_fp8_b200, script=_QWEN35_FP8_B200_SH_0303),
             ((_K1, _K1, 4, 16), (_K1, _K1, 64, 64), (_K1, _K8, 8, 64), (_K8, _K1, 8, 64)),
         ),
+    },
+    # qwen3.5-fp8-h200-sglang as added at f65d6b4b1: TP 8 / EP 8 (--expert-parallel-size $EP_SIZE) at C 4-64, each
+    # length; --mem-fraction-static 0.8, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size 16384, no
+    # --max-prefill-tokens, --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache.
+    # aiconfigurator-core 0.12.0 has no context-attention data for Qwen3.5 with FP8 KV on H200: the rows are refused.
+    ("Qwen/Qwen3.5-397B-A17B", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu129-amd64", "2026-03-04"): {
+        ("agg", _TP8_EP8): _per_concurrency(_qwen35_fp8_h200, tuple((i, o, 4, 64) for i, o in _QWEN35_LENGTHS)),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {

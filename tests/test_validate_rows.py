@@ -771,3 +771,23 @@ def test_the_qwen35_fp8_b200_rows_of_2026_03_03_follow_the_first_search_space() 
     assert launch is not None and "at efd49e50b" in launch.script and launch.cuda_graph_max_bs == 8
     assert validate.recorded_launch({**row, "batch_size": "32"}, "agg", (4, 1, 1, 4)) is None
     assert validate.recorded_launch({**row, "batch_size": "32", "osl": "8192"}, "agg", (4, 1, 1, 4)) is not None
+
+
+def test_the_qwen35_fp8_h200_rows_of_2026_03_04_follow_their_script_and_are_refused() -> None:
+    # qwen3.5_fp8_h200.sh as added at f65d6b4b1: TP 8 / EP 8, C 4-64 at every length, 0.8, FP8 KV, chunk 16384,
+    # 128 running requests, CUDA graphs up to C. The export records the same runs as tp_size 64 (TP x EP).
+    ids = (
+        "2026_03_25_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x1024_c16_tp8_0_ep8_0_585",
+        "2026_04_06_qwen3_5_397b_h200_sxm_sglang_fp8_agg_1024x1024_c16_tp8_ep8_1874",
+    )
+    for row in map(_silicon_row, ids):
+        layout = validate.parallelism(row)[:4]
+        assert layout == (8, 1, 1, 8)
+        launch = validate.recorded_launch(row, "agg", layout)
+        assert launch is not None and "qwen3.5_fp8_h200.sh at f65d6b4b1" in launch.script
+        assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size) == (0.8, "fp8", 16384)
+        assert (launch.max_running_requests, launch.cuda_graph_max_bs, launch.max_prefill_tokens) == (128, 16, None)
+        assert validate.recorded_launch({**row, "batch_size": "128"}, "agg", layout) is None  # C 4-64 only
+        # aiconfigurator-core 0.12.0 has no context attention with FP8 KV for this model on H200: one line, no replay
+        reason = validate._engine(row, {}, launch=launch)
+        assert isinstance(reason, str) and 'kv_quant: "fp8"' in reason
