@@ -52,7 +52,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -384,23 +384,45 @@ class RecipeDeployment:
 
 
 def _stp_launches(
-    script: str, variants: tuple[_StpVariant, ...]
+    script: str | Callable[[str, str], str],
+    variants: tuple[_StpVariant, ...],
+    bases: tuple[LaunchFlags, LaunchFlags] | None = None,
 ) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
-    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout)."""
+    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout).
+
+    ``script``: the record's source, formatted (or called) with the variant's recipe and the role. ``bases``: the
+    (prefill, decode) engines' flags of a recipe whose variants override only workers, layouts, the running cap, the
+    prefill chunk and the decode CUDA graphs (:data:`_B200_FP8_8K1K_STP`); None: the STP recipes' common flags
+    (0.85, FP8 KV, chunk = ``--max-prefill-tokens``, decode chunk and prefill tokens 32,768).
+    """
     out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
     for recipe, workers, isl, concs, prefill, decode in variants:
         for role, (layout, cap, tokens_or_graphs) in (("prefill", prefill), ("decode", decode)):
-            flags = LaunchFlags(
-                script.format(recipe, role),
-                mem_fraction_static=0.85,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
-                max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
-                max_running_requests=cap,
-                cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
-                workers=workers,
-                search_space=tuple((isl, _K1, c, c) for c in concs),
-            )
+            source = script(recipe, role) if callable(script) else script.format(recipe, role)
+            runs = tuple((isl, _K1, c, c) for c in concs)
+            if bases is not None:
+                base = bases[0] if role == "prefill" else bases[1]
+                flags = replace(
+                    base,
+                    script=source,
+                    chunked_prefill_size=tokens_or_graphs if role == "prefill" else base.chunked_prefill_size,
+                    max_running_requests=cap,
+                    cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,
+                    workers=workers,
+                    search_space=runs,
+                )
+            else:
+                flags = LaunchFlags(
+                    source,
+                    mem_fraction_static=0.85,
+                    kv_cache_dtype="fp8",
+                    chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
+                    max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
+                    max_running_requests=cap,
+                    cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
+                    workers=workers,
+                    search_space=runs,
+                )
             out[(role, layout)] = (*out.get((role, layout), ()), flags)
     return out
 
@@ -413,12 +435,27 @@ def _stp_deployments(script: str, variants: tuple[_StpVariant, ...]) -> tuple[Re
     )
 
 
-_B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
-    ((1, 2), 128, (288, 288)),
-    ((1, 1), 256, (160, 288)),
-    ((2, 1), 512, (512, 512)),
-    ((3, 1), 1024, (1024, 1024)),
+_B200_FP8_8K1K_STP: tuple[_StpVariant, ...] = (  # the variants of configs 639-655 (8k/1k), as InferenceX named them
+    *(
+        (f"zip_override_stp_maxtpt[{k}]", workers, _K8, concs, ((1, 8, 8, 1), 8, 65536), (_DEP8, cap, cap))
+        for k, (workers, cap, concs) in enumerate(
+            (((1, 2), 128, (288,)), ((1, 1), 256, (160, 288)), ((2, 1), 512, (512,)), ((3, 1), 1024, (1024,)))
+        )
+    ),
+    ("zip_override_stp_lowlat[1]", (1, 4), _K8, (128,), ((1, 8, 8, 1), 8, 65536), (_TP8, 32, 32)),
 )
+"""recipes/b200-fp8/8k1k.yaml's STP variants that ran on 2026-03-18: ``zip_override_stp_maxtpt[0…3]`` (decode
+attention-DP 8 / EP 8, ``--max-running-requests`` = ``--cuda-graph-max-bs`` per variant, ``benchmark.concurrencies``
+"288", "160x288", "512", "1024") and ``zip_override_stp_lowlat[1]`` (1P4D, decode TP 8 / EP 1 at 32, "128"); every
+prefill engine the base's (attention-DP 8 / MoE TP 8, 8 running requests, chunk 65,536, prefill tokens 8,192)."""
+
+
+def _b200_fp8_8k1k_source(recipe: str, role: str) -> str:
+    """The 8k1k.yaml variant's record source, with the file InferenceX resolved it to."""
+    resolved = re.sub(r"zip_override_stp_(\w+)\[(\d+)\]", r"\1_\2", recipe)
+    return _SRT_SLURM_B200_FP8_8K1K.format(recipe, role, resolved)
+
+
 _GB200_MAX_TPT_1K1K, _GB200_MAX_TPT_8K1K = ((_K1, _K1, 1024, 4096),), ((_K8, _K1, 512, 6144),)
 _gb200_fp8_max_tpt_prefill = LaunchFlags(  # both lengths: DeepEP normal mode, no CUDA graphs
     _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "prefill", "fp8", "1k1k"),
@@ -824,42 +861,10 @@ RECORDED_LAUNCHES: dict[
         "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
         "2026-03-18",
     ): {
-        ("prefill", (1, 8, 8, 1)): tuple(
-            replace(
-                _b200_fp8_8k1k_prefill,
-                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_{name}[{k}]", "prefill", f"{name}_{k}"),
-                workers=workers,
-                search_space=((_K8, _K1, *conc),),
-            )
-            for name, k, workers, conc in (
-                *(("maxtpt", k, w, c) for k, (w, _, c) in enumerate(_B200_FP8_8K1K_MAX_TPT)),
-                ("lowlat", 1, (1, 4), (128, 128)),
-            )
-        ),
-        ("decode", (1, 8, 1, 8)): tuple(
-            replace(
-                _b200_fp8_8k1k_decode,
-                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_maxtpt[{k}]", "decode", f"maxtpt_{k}"),
-                max_running_requests=cap,
-                cuda_graph_max_bs=cap,
-                workers=workers,
-                search_space=((_K8, _K1, *conc),),
-            )
-            for k, (workers, cap, conc) in enumerate(_B200_FP8_8K1K_MAX_TPT)
-        ),
+        **_stp_launches(_b200_fp8_8k1k_source, _B200_FP8_8K1K_STP, (_b200_fp8_8k1k_prefill, _b200_fp8_8k1k_decode)),
         # config 455's 1k/1k C 4 point, measured again that day: InferenceX 593fb431a still names
         # recipes/b200-fp8/1k1k/stp/low-latency-tep8-1p1d.yaml (1P1D, TP 8 / EP 8 both sides) on the same branch
         **_stp_launches(_SRT_SLURM_B200_FP8_1K1K_0318, _B200_FP8_STP[:1]),
-        ("decode", _TP8): (
-            replace(
-                _b200_fp8_8k1k_decode,
-                script=_SRT_SLURM_B200_FP8_8K1K.format("zip_override_stp_lowlat[1]", "decode", "lowlat_1"),
-                max_running_requests=32,
-                cuda_graph_max_bs=32,
-                workers=(1, 4),
-                search_space=((_K8, _K1, 128, 128),),
-            ),
-        ),
     },
     # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
     # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
