@@ -52,7 +52,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -160,6 +160,10 @@ class LaunchFlags:
     """(ISL, OSL, first C, last C) of each run the deployment's config launched this script branch for at that commit
     (InferenceX ``seq-len-configs`` / ``search-space``); a row outside them is not tied to the record (None: every
     row of the deployment)."""
+    speculative_decoding: str | None = None
+    """The script's speculative decoding (``--speculative-algorithm`` and its steps / draft tokens), None: none. The
+    replay runs one token per request per decode step and has no draft model: a row whose server ran it is refused
+    (:func:`_engine`), not replayed as a server it was not."""
 
 
 _DSR1_FP8_B200_SH = (
@@ -170,6 +174,11 @@ _SRT_SLURM_GB200_FP8_LOW_LATENCY = (
     "srt-slurm recipes/gb200-fp8/1k1k/low-latency.yaml (branch sa-submission-q1-2026, named by InferenceX"
     " dsr1-fp8-gb200-dynamo-sglang at 37f353be2, 2026-02-09; the same flags in NVIDIA/srt-slurm at f6754071,"
     " 2026-02-05, and 5063eb43, 2026-03-03)"
+)
+_SRT_SLURM_GB200_FP8_8K1K_LOW_LATENCY = (
+    "srt-slurm recipes/gb200-fp8/8k1k/low-latency.yaml ({}) (branch sa-submission-q1-2026, named by InferenceX"
+    " dsr1-fp8-gb200-dynamo-sglang at 37f353be2, 2026-02-09, for 8k/1k C 4-16; the same flags in NVIDIA/srt-slurm at"
+    " f6754071, 2026-02-05, and 5063eb43, 2026-03-03)"
 )
 _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY = (
     "ai-dynamo/dynamo examples/backends/sglang/slurm_jobs/scripts/gb200-fp8/disagg/1k1k-low-latency.sh at"
@@ -325,6 +334,13 @@ _SRT_SLURM_B200_FP8_STP = (
     " sa-submission-q1-2026 squash merge 5063eb43, 2026-03-03), named by InferenceX dsr1-fp8-b200-dynamo-sglang at"
     " 8a02464b8 (2026-02-07 07:08 UTC, the commit that added the config on lmsysorg/sglang:v0.5.8.post1-cu130-amd64)"
 )
+_SRT_SLURM_B200_FP8_1K1K_0318 = (
+    "srt-slurm recipes/b200-fp8/{}.yaml ({}) on branch sa-submission-q1-2026, which InferenceX's runner"
+    " (launch_b200-dgxc-slurm.sh) cloned when dsr1-fp8-b200-dynamo-sglang at 593fb431a (2026-03-18) still named it for"
+    " 1k/1k C 4; the branch's file of that day is not public: the same flags in NVIDIA/srt-slurm's squash merge of the"
+    " branch 5063eb43 (2026-03-03) and, after the 2026-03-04 consolidation 37f8ca23, in recipes/b200-fp8/1k1k.yaml"
+    " zip_override_stp_lowlat[0] unchanged to the next merge of the branch 4a22a181 (2026-03-25)"
+)
 _B200_FP8_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config
     ("1k1k/stp/low-latency-tep8-1p1d", (1, 1), _K1, (4,), (_TP8_EP8, 512, 32768), (_TP8_EP8, 512, 512)),
     (
@@ -368,23 +384,45 @@ class RecipeDeployment:
 
 
 def _stp_launches(
-    script: str, variants: tuple[_StpVariant, ...]
+    script: str | Callable[[str, str], str],
+    variants: tuple[_StpVariant, ...],
+    bases: tuple[LaunchFlags, LaunchFlags] | None = None,
 ) -> dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]]:
-    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout)."""
+    """The records of both roles for ``variants`` (:data:`_B200_FP4_STP`, :data:`_B200_FP8_STP`), by (role, layout).
+
+    ``script``: the record's source, formatted (or called) with the variant's recipe and the role. ``bases``: the
+    (prefill, decode) engines' flags of a recipe whose variants override only workers, layouts, the running cap, the
+    prefill chunk and the decode CUDA graphs (:data:`_B200_FP8_8K1K_STP`); None: the STP recipes' common flags
+    (0.85, FP8 KV, chunk = ``--max-prefill-tokens``, decode chunk and prefill tokens 32,768).
+    """
     out: dict[tuple[str, tuple[int, int, int | None, int | None]], tuple[LaunchFlags, ...]] = {}
     for recipe, workers, isl, concs, prefill, decode in variants:
         for role, (layout, cap, tokens_or_graphs) in (("prefill", prefill), ("decode", decode)):
-            flags = LaunchFlags(
-                script.format(recipe, role),
-                mem_fraction_static=0.85,
-                kv_cache_dtype="fp8",
-                chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
-                max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
-                max_running_requests=cap,
-                cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
-                workers=workers,
-                search_space=tuple((isl, _K1, c, c) for c in concs),
-            )
+            source = script(recipe, role) if callable(script) else script.format(recipe, role)
+            runs = tuple((isl, _K1, c, c) for c in concs)
+            if bases is not None:
+                base = bases[0] if role == "prefill" else bases[1]
+                flags = replace(
+                    base,
+                    script=source,
+                    chunked_prefill_size=tokens_or_graphs if role == "prefill" else base.chunked_prefill_size,
+                    max_running_requests=cap,
+                    cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,
+                    workers=workers,
+                    search_space=runs,
+                )
+            else:
+                flags = LaunchFlags(
+                    source,
+                    mem_fraction_static=0.85,
+                    kv_cache_dtype="fp8",
+                    chunked_prefill_size=tokens_or_graphs if role == "prefill" else 32768,
+                    max_prefill_tokens=tokens_or_graphs if role == "prefill" else 32768,
+                    max_running_requests=cap,
+                    cuda_graph_max_bs=None if role == "prefill" else tokens_or_graphs,  # prefill: --disable-cuda-graph
+                    workers=workers,
+                    search_space=runs,
+                )
             out[(role, layout)] = (*out.get((role, layout), ()), flags)
     return out
 
@@ -397,12 +435,27 @@ def _stp_deployments(script: str, variants: tuple[_StpVariant, ...]) -> tuple[Re
     )
 
 
-_B200_FP8_8K1K_MAX_TPT = (  # zip_override_stp_maxtpt: (prefill, decode) workers, decode cap = CUDA graphs, C
-    ((1, 2), 128, (288, 288)),
-    ((1, 1), 256, (160, 288)),
-    ((2, 1), 512, (512, 512)),
-    ((3, 1), 1024, (1024, 1024)),
+_B200_FP8_8K1K_STP: tuple[_StpVariant, ...] = (  # the variants of configs 639-655 (8k/1k), as InferenceX named them
+    *(
+        (f"zip_override_stp_maxtpt[{k}]", workers, _K8, concs, ((1, 8, 8, 1), 8, 65536), (_DEP8, cap, cap))
+        for k, (workers, cap, concs) in enumerate(
+            (((1, 2), 128, (288,)), ((1, 1), 256, (160, 288)), ((2, 1), 512, (512,)), ((3, 1), 1024, (1024,)))
+        )
+    ),
+    ("zip_override_stp_lowlat[1]", (1, 4), _K8, (128,), ((1, 8, 8, 1), 8, 65536), (_TP8, 32, 32)),
 )
+"""recipes/b200-fp8/8k1k.yaml's STP variants that ran on 2026-03-18: ``zip_override_stp_maxtpt[0…3]`` (decode
+attention-DP 8 / EP 8, ``--max-running-requests`` = ``--cuda-graph-max-bs`` per variant, ``benchmark.concurrencies``
+"288", "160x288", "512", "1024") and ``zip_override_stp_lowlat[1]`` (1P4D, decode TP 8 / EP 1 at 32, "128"); every
+prefill engine the base's (attention-DP 8 / MoE TP 8, 8 running requests, chunk 65,536, prefill tokens 8,192)."""
+
+
+def _b200_fp8_8k1k_source(recipe: str, role: str) -> str:
+    """The 8k1k.yaml variant's record source, with the file InferenceX resolved it to."""
+    resolved = re.sub(r"zip_override_stp_(\w+)\[(\d+)\]", r"\1_\2", recipe)
+    return _SRT_SLURM_B200_FP8_8K1K.format(recipe, role, resolved)
+
+
 _GB200_MAX_TPT_1K1K, _GB200_MAX_TPT_8K1K = ((_K1, _K1, 1024, 4096),), ((_K8, _K1, 512, 6144),)
 _gb200_fp8_max_tpt_prefill = LaunchFlags(  # both lengths: DeepEP normal mode, no CUDA graphs
     _DYNAMO_GB200_MAX_TPT.format("fp8", "1k1k", "prefill", "fp8", "1k1k"),
@@ -468,6 +521,56 @@ _qwen35_fp8_h200 = LaunchFlags(  # --cuda-graph-max-bs $CONC: one record per con
     chunked_prefill_size=16384,
     max_running_requests=128,
 )
+
+
+_QWEN35_BF16_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_bf16_b200.sh at 9dc87a68c (2026-02-20 05:32:41 UTC,"
+    ' "Update Qwen3.5 STP recipe on B200 (#758)", on the rows\' image lmsysorg/sglang:nightly-dev-20260216-d3bae71e;'
+    " the rows are measured 3 s later; the launch line unchanged until 64c20b6b5, 2026-03-11)"
+)
+_qwen35_bf16_b200 = LaunchFlags(  # --cuda-graph-max-bs $CONC; no --kv-cache-dtype (SGLang's auto: bf16)
+    _QWEN35_BF16_B200_SH,
+    mem_fraction_static=0.82,
+    kv_cache_dtype=SGLANG_KV_DTYPE,
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=128,
+)
+_QWEN35_FP4_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp4_b200.sh at 48d35c480 (2026-04-08 19:51 UTC, the"
+    " commit that added qwen3.5-fp4-b200-sglang on lmsysorg/sglang:nightly-dev-20260402-d7256eb6 with the script;"
+    " unchanged until 9189c1884, 2026-05-01), the rows' image and measurement date"
+)
+_QWEN35_FP8_B200_MTP_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b200_mtp.sh at 35d4bb367 (2026-03-20 22:08:19 UTC,"
+    " the commit that added qwen3.5-fp8-b200-sglang-mtp on lmsysorg/sglang:v0.5.9-cu130, TP 4 / EP 1 at C 4-256, each"
+    " length, spec-decoding: mtp; the only Qwen3.5 config on that image), the rows' image; measured 4 s later"
+)
+_QWEN35_FP8_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp8_b300.sh at c0f62a2ef (2026-04-17 07:20 UTC, the"
+    " commit that added qwen3.5-fp8-b300-sglang (non-MTP) on lmsysorg/sglang:v0.5.10.post1-cu130 with the script;"
+    " unchanged until 21a4ab02f, 2026-05-21), the rows' image and measurement date"
+)
+_QWEN35_BF16_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_bf16_b300.sh at 32274d6c1 (2026-04-18 01:52 UTC, the"
+    " commit that added qwen3.5-bf16-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130; the same file as its"
+    " reverted first try 77c8b9657; unchanged until 4b685a818, 2026-05-18), the rows' image and measurement date"
+)
+_QWEN35_FP4_B300_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/qwen3.5_fp4_b300.sh at 8acbd08b7 (2026-04-18 01:22 UTC, the"
+    " commit that added qwen3.5-fp4-b300-sglang on lmsysorg/sglang:v0.5.10.post1-cu130 with the script; unchanged"
+    " until 4f630348d, 2026-05-20), the rows' image and measurement date"
+)
+_qwen35_fp4 = LaunchFlags(  # B200 / B300 NVFP4: --cuda-graph-max-bs $CONC, --mamba-ssm-dtype bfloat16
+    _QWEN35_FP4_B200_SH,
+    mem_fraction_static=0.85,
+    kv_cache_dtype="fp8",
+    chunked_prefill_size=32768,
+    max_prefill_tokens=32768,
+    max_running_requests=128,
+)
+_QWEN35_1K8K = ((_K1, _K1), (_K8, _K1))
+"""The B300 configs' and the NVFP4 B200 config's lengths (no 1k / 8k)."""
 
 
 def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
@@ -562,13 +665,129 @@ RECORDED_LAUNCHES: dict[
     # length; --mem-fraction-static 0.8, --kv-cache-dtype fp8_e4m3, --chunked-prefill-size 16384, no
     # --max-prefill-tokens, --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache.
     # aiconfigurator-core 0.12.0 has no context-attention data for Qwen3.5 with FP8 KV on H200: the rows are refused.
-    ("Qwen/Qwen3.5-397B-A17B", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu129-amd64", "2026-03-04"): {
-        ("agg", _TP8_EP8): _per_concurrency(_qwen35_fp8_h200, tuple((i, o, 4, 64) for i, o in _QWEN35_LENGTHS)),
+    # One point measured again on 2026-03-09 ran the same config and script (both unchanged until 64c20b6b5).
+    **{
+        ("Qwen/Qwen3.5-397B-A17B", "h200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu129-amd64", day): {
+            ("agg", _TP8_EP8): _per_concurrency(_qwen35_fp8_h200, tuple((i, o, 4, 64) for i, o in _QWEN35_LENGTHS)),
+        }
+        for day in ("2026-03-04", "2026-03-09")
+    },
+    # qwen3.5-bf16-b200-sglang at 9dc87a68c (TP 8 / EP 1, C 4-64 at each length; the same config and launch line on
+    # 2026-03-09, when one point was measured again): --mem-fraction-static 0.82, --chunked-prefill-size /
+    # --max-prefill-tokens 32768, --max-running-requests 128, --cuda-graph-max-bs $CONC, --disable-radix-cache, no
+    # --kv-cache-dtype
+    **{
+        ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "bf16", "agg", "lmsysorg/sglang:nightly-dev-20260216-d3bae71e", day): {
+            ("agg", _TP8): _per_concurrency(_qwen35_bf16_b200, tuple((i, o, 4, 64) for i, o in _QWEN35_LENGTHS)),
+        }
+        for day in ("2026-02-20", "2026-03-09")
+    },
+    # qwen3.5-fp4-b200-sglang at 48d35c480 (TP 4 / EP 1, C 4-128 at 1k/1k and 8k/1k): --mem-fraction-static 0.85,
+    # --kv-cache-dtype fp8_e4m3, --mamba-ssm-dtype bfloat16, 32768 / 32768, --max-running-requests 128,
+    # --cuda-graph-max-bs $CONC, --disable-radix-cache
+    (
+        "Qwen/Qwen3.5-397B-A17B",
+        "b200_sxm",
+        "fp4",
+        "agg",
+        "lmsysorg/sglang:nightly-dev-20260402-d7256eb6",
+        "2026-04-08",
+    ): {
+        ("agg", _TP4): _per_concurrency(_qwen35_fp4, tuple((i, o, 4, 128) for i, o in _QWEN35_1K8K)),
+    },
+    # qwen3.5-fp8-b200-sglang-mtp at 35d4bb367 (TP 4 / EP 1, C 4-256 at each length): EAGLE speculative decoding
+    # (--speculative-algorithm EAGLE, 3 steps, top-k 1, 4 draft tokens), --mem-fraction-static 0.8, FP8 KV,
+    # --max-running-requests = --cuda-graph-max-bs = $CONC: refused (the replay has no speculative decoding)
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-20"): {
+        ("agg", _TP4): tuple(
+            replace(f, max_running_requests=f.cuda_graph_max_bs)
+            for f in _per_concurrency(
+                LaunchFlags(
+                    _QWEN35_FP8_B200_MTP_SH,
+                    mem_fraction_static=0.8,
+                    kv_cache_dtype="fp8",
+                    chunked_prefill_size=32768,
+                    max_prefill_tokens=32768,
+                    speculative_decoding="EAGLE (MTP), 3 steps, top-k 1, 4 draft tokens",
+                ),
+                tuple((i, o, 4, 256) for i, o in _QWEN35_LENGTHS),
+            )
+        ),
+    },
+    # qwen3.5-fp8-b300-sglang (non-MTP) at c0f62a2ef (TP 4 / EP 1, C 4-256 at 1k/1k and 8k/1k): --mem-fraction-static
+    # 0.8, FP8 KV, --mamba-ssm-dtype bfloat16, --chunked-prefill-size / --max-prefill-tokens 16384,
+    # --max-running-requests = --cuda-graph-max-bs = $CONC, --disable-radix-cache. The MTP config added the same day
+    # (28752f613) has the same image and search space; the rows are the non-MTP runs: the dump holds no MTP run (none
+    # of the 42 B200 rows of qwen3.5-fp8-b200-sglang-mtp, which the exports hold) and their TPOT at C 4 (8.6 ms)
+    # is the non-speculative one (the MTP-image B300 rows of 2026-04-03 measure 5.3 ms)
+    ("Qwen/Qwen3.5-397B-A17B", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
+        ("agg", _TP4): tuple(
+            replace(f, max_running_requests=f.cuda_graph_max_bs)
+            for f in _per_concurrency(
+                LaunchFlags(
+                    _QWEN35_FP8_B300_SH,
+                    mem_fraction_static=0.8,
+                    kv_cache_dtype="fp8",
+                    chunked_prefill_size=16384,
+                    max_prefill_tokens=16384,
+                ),
+                tuple((i, o, 4, 256) for i, o in _QWEN35_1K8K),
+            )
+        ),
+    },
+    # qwen3.5-bf16-b300-sglang at 32274d6c1 (TP 8 and TP 4, EP 1, C 4-64 at 1k/1k and 8k/1k) and
+    # qwen3.5-fp4-b300-sglang at 8acbd08b7 (TP 4 / EP 1 and TP 2 / EP 2, C 4-128), measured the next day: the B200
+    # scripts' flags (BF16: 0.82, bf16 KV; NVFP4: 0.8, FP8 KV, --mamba-ssm-dtype bfloat16), 32768 / 32768, 128
+    # running requests, --cuda-graph-max-bs $CONC. The NVFP4 TP 2 / EP 2 rows record TP 4 / MoE TP 2 / EP 2 (TP x EP
+    # as tp_size); the script launched --tensor-parallel-size 2 --ep-size 2 on 2 GPUs.
+    ("Qwen/Qwen3.5-397B-A17B", "b300_sxm", "bf16", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-18"): {
+        ("agg", layout): _per_concurrency(
+            replace(_qwen35_bf16_b200, script=_QWEN35_BF16_B300_SH), tuple((i, o, 4, 64) for i, o in _QWEN35_1K8K)
+        )
+        for layout in (_TP8, _TP4)
+    },
+    ("Qwen/Qwen3.5-397B-A17B", "b300_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-18"): {
+        ("agg", _TP4): _per_concurrency(
+            replace(_qwen35_fp4, script=_QWEN35_FP4_B300_SH, mem_fraction_static=0.8),
+            tuple((i, o, 4, 128) for i, o in _QWEN35_1K8K),
+        ),
+        ("agg", (4, 1, 2, 2)): _per_concurrency(
+            replace(_qwen35_fp4, script=_QWEN35_FP4_B300_SH, mem_fraction_static=0.8, layout=(2, 1, 1, 2)),
+            tuple((i, o, 4, 128) for i, o in _QWEN35_1K8K),
+        ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
     ("deepseek-ai/DeepSeek-V3", "gb200", "fp8", "disagg", "lmsysorg/sglang:v0.5.8.post1-cu130", "2026-02-09"): {
         ("prefill", _TP4): (replace(_gb200_fp8_low_latency, max_total_tokens=_GB200_PREFILL_TOTAL_TOKENS),),
         ("decode", _TP4): (replace(_gb200_fp8_low_latency, max_running_requests=128),),
+        # config 536, 8k/1k C 4-16: recipes/gb200-fp8/8k1k/low-latency.yaml, 1 prefill + 1 decode worker at TP 8 over
+        # two GB200 nodes each (--tensor-parallel-size 8, EP 1), 0.8, FP8 KV, 512 running requests / CUDA graphs;
+        # prefill --max-total-tokens 32768 and chunk 24576, decode chunk 8192; no --max-prefill-tokens (16,384)
+        ("prefill", _TP8): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_8K1K_LOW_LATENCY.format("prefill"),
+                mem_fraction_static=0.8,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=24576,
+                max_running_requests=512,
+                cuda_graph_max_bs=512,
+                max_total_tokens=32768,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 4, 16),),
+            ),
+        ),
+        ("decode", _TP8): (
+            LaunchFlags(
+                _SRT_SLURM_GB200_FP8_8K1K_LOW_LATENCY.format("decode"),
+                mem_fraction_static=0.8,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=8192,
+                max_running_requests=512,
+                cuda_graph_max_bs=512,
+                workers=(1, 1),
+                search_space=((_K8, _K1, 4, 16),),
+            ),
+        ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Bottom of curve": 1 prefill worker, 4 decode workers, one GB200 node (4 GPUs)
     # each, C 2-128. The script launches each engine as --tensor-parallel-size 4 --data-parallel-size 1
@@ -642,39 +861,10 @@ RECORDED_LAUNCHES: dict[
         "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
         "2026-03-18",
     ): {
-        ("prefill", (1, 8, 8, 1)): tuple(
-            replace(
-                _b200_fp8_8k1k_prefill,
-                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_{name}[{k}]", "prefill", f"{name}_{k}"),
-                workers=workers,
-                search_space=((_K8, _K1, *conc),),
-            )
-            for name, k, workers, conc in (
-                *(("maxtpt", k, w, c) for k, (w, _, c) in enumerate(_B200_FP8_8K1K_MAX_TPT)),
-                ("lowlat", 1, (1, 4), (128, 128)),
-            )
-        ),
-        ("decode", (1, 8, 1, 8)): tuple(
-            replace(
-                _b200_fp8_8k1k_decode,
-                script=_SRT_SLURM_B200_FP8_8K1K.format(f"zip_override_stp_maxtpt[{k}]", "decode", f"maxtpt_{k}"),
-                max_running_requests=cap,
-                cuda_graph_max_bs=cap,
-                workers=workers,
-                search_space=((_K8, _K1, *conc),),
-            )
-            for k, (workers, cap, conc) in enumerate(_B200_FP8_8K1K_MAX_TPT)
-        ),
-        ("decode", _TP8): (
-            replace(
-                _b200_fp8_8k1k_decode,
-                script=_SRT_SLURM_B200_FP8_8K1K.format("zip_override_stp_lowlat[1]", "decode", "lowlat_1"),
-                max_running_requests=32,
-                cuda_graph_max_bs=32,
-                workers=(1, 4),
-                search_space=((_K8, _K1, 128, 128),),
-            ),
-        ),
+        **_stp_launches(_b200_fp8_8k1k_source, _B200_FP8_8K1K_STP, (_b200_fp8_8k1k_prefill, _b200_fp8_8k1k_decode)),
+        # config 455's 1k/1k C 4 point, measured again that day: InferenceX 593fb431a still names
+        # recipes/b200-fp8/1k1k/stp/low-latency-tep8-1p1d.yaml (1P1D, TP 8 / EP 8 both sides) on the same branch
+        **_stp_launches(_SRT_SLURM_B200_FP8_1K1K_0318, _B200_FP8_STP[:1]),
     },
     # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
     # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
@@ -801,10 +991,11 @@ def launch_key(row: dict[str, str]) -> tuple[str, ...] | None:
     """What a row records of its deployment's launch: (architecture, GPU, precision, mode, image, measured date).
 
     The image (``lmsysorg/sglang:…``) and the date (``measured=YYYY-MM-DD``) are in ``silicon_data_source`` of the
-    database dump and the dated exports; None for rows without both (the gap-analysis files). DeepSeek-R1 is read as
+    database dump and the dated exports, and for a gap-analysis row that repeats one of their measurements in that
+    row's (:data:`REPEATED_SOURCES`); None for rows without both (the other gap-analysis rows). DeepSeek-R1 is read as
     DeepSeek-V3 (:data:`SAME_ARCHITECTURE`: the dump names its R1 runs V3).
     """
-    source = row["silicon_data_source"]
+    source = REPEATED_SOURCES.get(row.get("id", ""), row["silicon_data_source"])
     image = re.search(r"(lmsysorg/sglang:[^\s;]+)", source)
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
     if image is None or measured is None:
@@ -881,6 +1072,19 @@ def harness_of(row: dict[str, str], repeats: Collection[str] = frozenset()) -> H
 def inferencemax_repeats(rows: list[dict[str, str]]) -> set[str]:
     """Ids of rows without a named client that are an InferenceMAX row's measurement again.
 
+    The keys of :func:`repeated_sources`.
+    """
+    return set(repeated_sources(rows))
+
+
+REPEATED_SOURCES: dict[str, str] = {}
+"""``silicon_data_source`` of the InferenceMAX row each gap-analysis row repeats (:func:`repeated_sources` of the whole
+file, set by :func:`main`): :func:`launch_key` reads a repeat's deployment (image, measured date) there."""
+
+
+def repeated_sources(rows: list[dict[str, str]]) -> dict[str, str]:
+    """For each row without a named client that is an InferenceMAX row's measurement again, that row's source.
+
     A row and an InferenceMAX row of the same model, GPU, precision, ISL, OSL and concurrency whose measured TTFT
     and TPOT agree to 0.01 ms are one benchmark (the gap-analysis file rounds to 0.01 ms; two runs never agree that
     closely on both): its client was InferenceMAX's. In aiconfigurator-core 0.12.0's file these are the 76
@@ -890,19 +1094,21 @@ def inferencemax_repeats(rows: list[dict[str, str]]) -> set[str]:
     def shape(row: dict[str, str]) -> tuple[object, ...]:
         return (row["model_path"], row["system"], row["precision"], row["mode"], row["isl"], row["osl"])
 
-    measured: dict[tuple[object, ...], list[tuple[float, float]]] = {}
+    measured: dict[tuple[object, ...], list[tuple[float, float, str]]] = {}
     for row in rows:
         if harness_of(row) is INFERENCEMAX:
             key = (*shape(row), _int(row["batch_size"]))
-            measured.setdefault(key, []).append((float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])))
-    out = set()
+            measured.setdefault(key, []).append(
+                (float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"]), row["silicon_data_source"])
+            )
+    out: dict[str, str] = {}
     for row in rows:
         if harness_of(row) is INFERENCEMAX:
             continue
         ttft, tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
-        for other_ttft, other_tpot in measured.get((*shape(row), _int(row["batch_size"])), []):
+        for other_ttft, other_tpot, other_source in measured.get((*shape(row), _int(row["batch_size"])), []):
             if abs(ttft - other_ttft) <= 0.01 and abs(tpot - other_tpot) <= 0.01:
-                out.add(row["id"])
+                out[row["id"]] = other_source
                 break
     return out
 
@@ -997,6 +1203,8 @@ def _engine(
     launch flags (:func:`recorded_launch`): its KV dtype, and its pool at its ``--mem-fraction-static`` (capped at
     ``--max-total-tokens``) instead of SGLang's default.
     """
+    if launch is not None and launch.speculative_decoding is not None:
+        return f"ran speculative decoding ({launch.speculative_decoding}), which the replay does not model"
     model = MODEL_ALIASES.get(row["model_path"], row["model_path"])
     tp, adp, moe_tp, moe_ep = layout if layout is not None else parallelism(row)[:4]
     kv: str | None = script_kv_dtype(row, harness_of(row) if harness is None else harness)
@@ -1153,7 +1361,8 @@ def silicon_rows(
             continue
         harness = harness_of(row, repeats)
         launch = recorded_launch(row, "agg", parallelism(row)[:4])
-        engine = _engine(row, cache, harness=harness, launch=launch)
+        layout = launch.layout if launch is not None else None  # the layout its script launched, where it differs
+        engine = _engine(row, cache, layout, harness=harness, launch=launch)
         if isinstance(engine, str):
             skipped[f"{row['model_path']} {row['system']} tp{row['tp_size']}: {engine}"] += 1
             continue
@@ -1879,7 +2088,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # aiconfigurator-core logs each low-fidelity table it loads
     start = time.perf_counter()
     csv_rows = sglang_silicon_rows()
-    repeats = inferencemax_repeats(csv_rows)  # of the whole file: a repeat's InferenceMAX twin may be sliced off
+    REPEATED_SOURCES.clear()
+    REPEATED_SOURCES.update(repeated_sources(csv_rows))  # of the whole file: a repeat's twin may be sliced off
+    repeats = set(REPEATED_SOURCES)
     csv_rows = csv_rows[: args.rows] if args.rows else csv_rows
     wanted = [m.strip() for m in args.models.split(",") if m.strip()]
     if wanted:

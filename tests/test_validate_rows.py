@@ -791,3 +791,157 @@ def test_the_qwen35_fp8_h200_rows_of_2026_03_04_follow_their_script_and_are_refu
         # aiconfigurator-core 0.12.0 has no context attention with FP8 KV for this model on H200: one line, no replay
         reason = validate._engine(row, {}, launch=launch)
         assert isinstance(reason, str) and 'kv_quant: "fp8"' in reason
+
+
+def test_the_qwen35_fp8_b200_rows_of_2026_03_20_ran_speculative_decoding_and_are_refused() -> None:
+    # v0.5.9-cu130 was the image of qwen3.5-fp8-b200-sglang-mtp only (InferenceX 35d4bb367, 2026-03-20 22:08:19 UTC;
+    # the rows are measured 4 s later): qwen3.5_fp8_b200_mtp.sh runs EAGLE with 3 steps and 4 draft tokens, 0.8,
+    # FP8 KV, --max-running-requests = --cuda-graph-max-bs = $CONC, TP 4 / EP 1 at C 4-256 at every length
+    row = _silicon_row("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp4_0_ep1_0_473")
+    layout = validate.parallelism(row)[:4]
+    launch = validate.recorded_launch(row, "agg", layout)
+    assert launch is not None and "qwen3.5_fp8_b200_mtp.sh at 35d4bb367" in launch.script
+    assert launch.speculative_decoding is not None and "EAGLE" in launch.speculative_decoding
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype) == (0.8, "fp8")
+    assert (launch.max_running_requests, launch.cuda_graph_max_bs) == (16, 16)
+    assert validate.recorded_launch({**row, "batch_size": "512"}, "agg", layout) is None  # C 4-256 only
+    reason = validate._engine(row, {}, launch=launch)
+    assert isinstance(reason, str) and "speculative decoding" in reason
+    replayed, skipped, _ = validate.silicon_rows([row], {})
+    assert replayed == [] and sum(skipped.values()) == 1
+
+
+def test_a_gap_row_takes_the_deployment_of_the_measurement_it_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = validate.sglang_silicon_rows()
+    sources = validate.repeated_sources(rows)
+    assert len(sources) == 76 and set(sources) == validate.inferencemax_repeats(rows)
+    # every InferenceMAX row a gap row repeats names the same image and date (one benchmark, one deployment)
+    by_id = {r["id"]: r for r in rows}
+    for gap_id, source in sources.items():
+        gap = by_id[gap_id]
+        twins = [
+            r
+            for r in rows
+            if validate.harness_of(r) is validate.INFERENCEMAX
+            and (r["system"], r["precision"], r["isl"], r["osl"])
+            == (gap["system"], gap["precision"], gap["isl"], gap["osl"])
+            and validate._int(r["batch_size"]) == validate._int(gap["batch_size"])
+            and abs(float(r["silicon_tpot_ms"]) - float(gap["silicon_tpot_ms"])) <= 0.01
+        ]
+        assert twins and {validate.launch_key(t) for t in twins} == {
+            validate.launch_key({**gap, "silicon_data_source": source})
+        }
+    gap = by_id["qwen3_5_397b_gap_analysis_qwen3_5_397b_gap_analysis_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp4_ep1_18"]
+    assert validate.launch_key(gap) is None  # alone it names no deployment
+    monkeypatch.setattr(validate, "REPEATED_SOURCES", sources)
+    export = by_id["2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp4_0_ep1_0_473"]
+    assert validate.launch_key(gap) == validate.launch_key(export)
+    launch = validate.recorded_launch(gap, "agg", validate.parallelism(gap)[:4])
+    assert launch is not None and launch.speculative_decoding is not None  # the MTP run, refused as its export row
+
+
+@pytest.mark.parametrize(
+    ("row_id", "script", "flags"),
+    [
+        # qwen3.5_bf16_b200.sh at 9dc87a68c: 0.82, no --kv-cache-dtype, 32768 / 32768, 128, CUDA graphs = C
+        (
+            "qwen3_5_b200_sglang_bf16_agg_1024x1024_c16_cfg587",
+            "qwen3.5_bf16_b200.sh at 9dc87a68c",
+            (0.82, "bfloat16", 32768, 32768, 128, 16),
+        ),
+        # qwen3.5_fp4_b200.sh at 48d35c480: 0.85, FP8 KV
+        (
+            "qwen3_5_b200_sglang_fp4_agg_1024x1024_c16_cfg708",
+            "qwen3.5_fp4_b200.sh at 48d35c480",
+            (0.85, "fp8", 32768, 32768, 128, 16),
+        ),
+        # qwen3.5_fp8_b300.sh at c0f62a2ef: 0.8, FP8 KV, chunk and prefill tokens 16384, running requests = graphs = C
+        (
+            "qwen3_5_b300_sglang_fp8_agg_1024x1024_c16_cfg716",
+            "qwen3.5_fp8_b300.sh at c0f62a2ef",
+            (0.8, "fp8", 16384, 16384, 16, 16),
+        ),
+        # qwen3.5_bf16_b300.sh at 32274d6c1 (TP 8 and TP 4) and qwen3.5_fp4_b300.sh at 8acbd08b7 (0.8, FP8 KV)
+        (
+            "qwen3_5_b300_sglang_bf16_agg_1024x1024_c16_cfg738",
+            "qwen3.5_bf16_b300.sh at 32274d6c1",
+            (0.82, "bfloat16", 32768, 32768, 128, 16),
+        ),
+        (
+            "qwen3_5_b300_sglang_bf16_agg_1024x1024_c16_cfg739",
+            "qwen3.5_bf16_b300.sh at 32274d6c1",
+            (0.82, "bfloat16", 32768, 32768, 128, 16),
+        ),
+        (
+            "qwen3_5_b300_sglang_fp4_agg_1024x1024_c16_cfg737",
+            "qwen3.5_fp4_b300.sh at 8acbd08b7",
+            (0.8, "fp8", 32768, 32768, 128, 16),
+        ),
+    ],
+)
+def test_the_other_qwen35_single_node_rows_replay_with_their_scripts(
+    row_id: str, script: str, flags: tuple[object, ...]
+) -> None:
+    row = _silicon_row(row_id)
+    layout = validate.parallelism(row)[:4]
+    launch = validate.recorded_launch(row, "agg", layout)
+    assert launch is not None and script in launch.script and launch.layout is None
+    assert launch.speculative_decoding is None
+    got = (
+        launch.mem_fraction_static,
+        launch.kv_cache_dtype,
+        launch.chunked_prefill_size,
+        launch.max_prefill_tokens,
+        launch.max_running_requests,
+        launch.cuda_graph_max_bs,
+    )
+    assert got == flags
+    assert (
+        validate.recorded_launch({**row, "osl": "8192", "isl": "1024"}, "agg", layout) is None or "bf16_b200" in script
+    )
+    assert validate.recorded_launch({**row, "batch_size": "512"}, "agg", layout) is None  # outside the search space
+
+
+def test_the_qwen35_bf16_b200_point_of_2026_03_09_ran_the_same_script() -> None:
+    (row,) = [
+        r
+        for r in validate.sglang_silicon_rows()
+        if r["model_path"] == "Qwen/Qwen3.5-397B-A17B"
+        and "measured=2026-03-09" in r["silicon_data_source"]
+        and r["system"] == "b200_sxm"
+    ]
+    launch = validate.recorded_launch(row, "agg", validate.parallelism(row)[:4])
+    assert launch is not None and "qwen3.5_bf16_b200.sh at 9dc87a68c" in launch.script
+
+
+def test_the_qwen35_nvfp4_b300_tp2_ep2_rows_run_at_the_layout_their_script_launched() -> None:
+    # qwen3.5-fp4-b300-sglang's { tp: 2, ep: 2 } runs --tensor-parallel-size 2 --ep-size 2 on 2 GPUs; the rows
+    # record tp_size 4 (TP x EP) with MoE TP 2 / EP 2
+    row = _silicon_row("qwen3_5_b300_sglang_fp4_agg_1024x1024_c16_cfg736")
+    layout = validate.parallelism(row)[:4]
+    assert layout == (4, 1, 2, 2)
+    launch = validate.recorded_launch(row, "agg", layout)
+    assert launch is not None and launch.layout == (2, 1, 1, 2) and launch.mem_fraction_static == 0.8
+    replayed, skipped, _ = validate.silicon_rows([row], {})
+    assert not skipped and len(replayed) == 1
+    engine = replayed[0].engine
+    assert (engine.tp, engine.moe_ep) == (2, 2) and validate.LAUNCHES[engine] is launch
+
+
+def test_the_b200_1k1k_point_of_config_455_and_gb200_config_536_run_with_their_recipes() -> None:
+    # config 455's 1k/1k C 4 row of 2026-03-18: InferenceX 593fb431a still names 1k1k/stp/low-latency-tep8-1p1d.yaml
+    # (TP 8 / EP 8 both sides, 0.85, FP8 KV, 512 running requests, C 4); config 536 (GB200, 2026-02-09, 8k/1k C 4-16):
+    # gb200-fp8/8k1k/low-latency.yaml, TP 8 on both sides, 0.8, FP8 KV, prefill --max-total-tokens 32768
+    b200 = _silicon_row("dsr1_b200_sglang_fp8_disagg_1024x1024_c4_cfg455")
+    for role in ("prefill", "decode"):
+        launch = validate.recorded_launch(b200, role, (8, 1, 1, 8))
+        assert launch is not None and "1k1k/stp/low-latency-tep8-1p1d.yaml" in launch.script
+        assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.max_running_requests) == (0.85, "fp8", 512)
+    assert validate.recorded_launch({**b200, "batch_size": "8"}, "decode", (8, 1, 1, 8)) is None
+    gb200 = _silicon_row("dsr1_gb200_sglang_fp8_disagg_8192x1024_c8_cfg536")
+    prefill = validate.recorded_launch(gb200, "prefill", (8, 1, 8, 1))
+    decode = validate.recorded_launch(gb200, "decode", (8, 1, 8, 1))
+    assert prefill is not None and decode is not None and "gb200-fp8/8k1k/low-latency.yaml" in prefill.script
+    assert (prefill.max_total_tokens, prefill.chunked_prefill_size, decode.chunked_prefill_size) == (32768, 24576, 8192)
+    assert (decode.mem_fraction_static, decode.kv_cache_dtype, decode.cuda_graph_max_bs) == (0.8, "fp8", 512)
+    assert validate.recorded_launch({**gb200, "batch_size": "32"}, "decode", (8, 1, 8, 1)) is None
