@@ -69,6 +69,7 @@ a grid of capacities (a secant surrogate, exact in PEARL's limit); the plan repo
 
 from __future__ import annotations
 
+import itertools
 import math
 from statistics import NormalDist
 from typing import Literal, NamedTuple
@@ -1264,7 +1265,66 @@ class ImprovedMakespanModel:
             self._predictions[memo] = self._predict(workload, capacity)
         return self._predictions[memo]
 
+    def _splits_evenly(self, role: Role) -> bool:
+        """Whether the gateway keeps each trajectory on one worker of ``role`` and gives every worker the same share.
+
+        smg's ``cache_aware`` (lightseekorg/smg ``model_gateway/src/policies/cache_aware.rs``, ``select_worker``;
+        formerly sgl-project/sglang ``sgl-router``) sends a request that matches no worker's tree to the one with
+        the fewest requests in flight (``Worker::load``, a count) and one that matches to the worker holding its
+        prefix, so the batch's first-turn burst is spread by count and each trajectory stays where its prefix is;
+        it weighs no worker by its size. The simulated ``least_load`` sends every request to the worker with the
+        fewest in flight, so a faster worker, which drains its requests sooner, takes more (smg's newer
+        ``least_load.rs`` divides token work by each worker's reported throughput): the pooled capacity stands for it.
+        ``round_robin`` deals requests in turn, but a trajectory's turns visit every worker, so its chain mixes the
+        sizes; not modelled (pooled). A PD decode worker is chosen by least load unless the decode radix cache is
+        on (then by the gateway's policy), as the simulator's gateway does (docs/simulator.md, the routing row).
+        """
+        serving = self.params.serving
+        router = serving.router if role is not Role.DECODE or serving.decode_radix_cache else "least_load"
+        return router == "cache_aware"
+
+    def _router_splits(self, workload: Workload, capacity: PoolCapacity) -> list[PoolCapacity]:
+        """The configurations whose slowest sets the makespan when the gateway splits a mixed-size role evenly.
+
+        A role of workers of two or more declared sizes (or the reference's) that the gateway splits by count
+        (:meth:`_splits_evenly`) gives each worker B/N of its trajectories; the workers of one size then finish as
+        N workers of that size would on the whole batch, and the role ends with its slowest size. Each such role is
+        replaced by N workers of each of its sizes in turn (every combination across roles); the makespan is the
+        largest prediction (docs/makespan.md, "Worker sizes: the gateway's split"). Empty where no role is so
+        split: one size per role, no declared size, an undeclared size in the role, or a router that pools.
+        """
+        ref = self._pearl.reference
+        if not capacity.workers or not any(self._declared(w) for w in capacity.workers):
+            return []
+        options: list[list[tuple[SizeCount, ...]]] = []
+        split = False
+        for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
+            members = [w for w in capacity.workers if w.role is role and w.count > 0]
+            sizes = list(dict.fromkeys((w.gpu_type, w.tp) for w in members))
+            known = all(self._declared(w) or (w.gpu_type, w.tp) == (ref.gpu_type, ref.tp) for w in members)
+            if len(sizes) < 2 or not known or not self._splits_evenly(role):
+                options.append([tuple(members)])
+                continue
+            split = True
+            total = sum(w.count for w in members)
+            options.append([(SizeCount(role=role, gpu_type=g, tp=tp, count=total),) for g, tp in sizes])
+        if not split:
+            return []
+        out = []
+        for combo in itertools.product(*options):
+            workers = tuple(w for group in combo for w in group)
+            update: dict[str, object] = {"workers": workers}
+            for role in (Role.PREFILL, Role.DECODE, Role.COLOCATED):
+                update[role.value] = sum(
+                    w.count * self._compute_weight(workload, w.gpu_type, w.tp, role) for w in workers if w.role is role
+                )
+            out.append(capacity.model_copy(update=update))
+        return out
+
     def _predict(self, workload: Workload, capacity: PoolCapacity) -> MakespanBreakdown:
+        splits = self._router_splits(workload, capacity)
+        if splits:
+            return max((self.predict(workload, c) for c in splits), key=lambda p: p.total_s)
         pools = self._pools(workload, capacity)
         capacity = pools.capacity
         states = self._states(workload, capacity, corrected=True)

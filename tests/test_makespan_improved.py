@@ -405,12 +405,15 @@ def _workers(*counts: tuple[Role, int, float]) -> tuple[SizeCount, ...]:
 
 
 def test_a_declared_size_brings_its_own_kv_pool_and_iteration_cost_into_the_prediction() -> None:
-    """2 TP1 + 1 TP2 colocated. TP1's weight is 0.5 (half the speed in prefill and decode), so the capacity is
-    2·0.5 + 1 = 2 reference workers; the pool is (2·300,000 + 800,000)/2 = 700,000 tokens per reference worker
-    (not 800,000: TP1's own pool is 300,000, below half the reference's), and A = (1·8 + 1·5)/2 = 6.5 ms. The
-    prediction is that of 2 reference workers with that pool and that A, to the last digit."""
+    """2 TP1 + 1 TP2 colocated behind a least-load gateway (which pools them: a faster worker takes more). TP1's
+    weight is 0.5 (half the speed in prefill and decode), so the capacity is 2·0.5 + 1 = 2 reference workers; the
+    pool is (2·300,000 + 800,000)/2 = 700,000 tokens per reference worker (not 800,000: TP1's own pool is 300,000,
+    below half the reference's), and A = (1·8 + 1·5)/2 = 6.5 ms. The prediction is that of 2 reference workers
+    with that pool and that A, to the last digit."""
     load = _agentic()
-    declared = ServingParams(kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),))
+    declared = ServingParams(
+        kv_pool_tokens=800_000.0, size_pools=(SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),), router="least_load"
+    )
     model = _sized(declared)
     capacity = PoolCapacity(
         mode=Mode.COLOCATED, colocated=2.0, workers=_workers((Role.COLOCATED, 1, 2), (Role.COLOCATED, 2, 1))
@@ -419,12 +422,49 @@ def test_a_declared_size_brings_its_own_kv_pool_and_iteration_cost_into_the_pred
     assert pools.capacity.colocated == pytest.approx(2.0)
     assert pools.kv_tokens[Role.COLOCATED] == pytest.approx(700_000.0)
     assert pools.iteration_s[Role.COLOCATED] == pytest.approx(0.0065)
-    same = _sized(ServingParams(kv_pool_tokens=700_000.0), reference_iteration_s=0.0065)
+    same = _sized(ServingParams(kv_pool_tokens=700_000.0, router="least_load"), reference_iteration_s=0.0065)
     plain = PoolCapacity(mode=Mode.COLOCATED, colocated=2.0)
     assert model.predict(load, capacity).total_s == pytest.approx(same.predict(load, plain).total_s, rel=1e-12)
     # The smaller pool is felt: the same workers counted as reference pools (TP1 undeclared) predict less.
-    undeclared = _sized(ServingParams(kv_pool_tokens=800_000.0))
+    undeclared = _sized(ServingParams(kv_pool_tokens=800_000.0, router="least_load"))
     assert undeclared.predict(load, capacity).total_s < model.predict(load, capacity).total_s
+
+
+def test_the_cache_aware_gateway_splits_a_mixed_size_role_by_count_so_its_slowest_size_sets_the_makespan() -> None:
+    """smg's cache_aware policy spreads the burst by requests in flight and keeps each trajectory on its worker,
+    whatever the worker's size: 2 TP1 + 1 TP2 colocated each get a third of the batch, so the TP1 workers finish as
+    3 TP1 workers would on the whole batch, and that is the makespan (the slower of 3 TP1 and 3 TP2), not the
+    pooled 2 reference workers' (docs/makespan.md, "Worker sizes: the gateway's split")."""
+    load = _agentic()
+    pools = (SizePool(gpu_type="x", tp=1, kv_pool_tokens=3e5),)
+    model = _sized(ServingParams(kv_pool_tokens=800_000.0, size_pools=pools))
+    pooled = _sized(ServingParams(kv_pool_tokens=800_000.0, size_pools=pools, router="least_load"))
+    mixed = PoolCapacity(
+        mode=Mode.COLOCATED, colocated=2.0, workers=_workers((Role.COLOCATED, 1, 2), (Role.COLOCATED, 2, 1))
+    )
+    three_tp1 = PoolCapacity(mode=Mode.COLOCATED, colocated=1.5, workers=_workers((Role.COLOCATED, 1, 3)))
+    three_tp2 = PoolCapacity(mode=Mode.COLOCATED, colocated=3.0, workers=_workers((Role.COLOCATED, 2, 3)))
+    slowest = max(model.predict(load, three_tp1).total_s, model.predict(load, three_tp2).total_s)
+    assert model.predict(load, mixed).total_s == slowest
+    assert slowest == model.predict(load, three_tp1).total_s > pooled.predict(load, mixed).total_s
+    # One size per role: nothing to split, the prediction is the pooled arithmetic's (the same code path).
+    assert model._router_splits(load, three_tp1) == []
+    # PD: the prefill side is routed cache-aware (split), the decode side by least load (pooled) unless the decode
+    # radix cache is on, when the gateway's policy picks the decode worker too.
+    pd = PoolCapacity(
+        mode=Mode.DISAGGREGATED,
+        prefill=1.0,
+        decode=2.0,
+        workers=_workers((Role.PREFILL, 2, 1), (Role.DECODE, 1, 2), (Role.DECODE, 2, 1)),
+    )
+    assert model._router_splits(load, pd) == []
+    radix = _sized(ServingParams(kv_pool_tokens=800_000.0, size_pools=pools, decode_radix_cache=True))
+    splits = radix._router_splits(load, pd)
+    assert [[(w.role, w.tp, w.count) for w in c.workers] for c in splits] == [
+        [(Role.PREFILL, 2, 1), (Role.DECODE, 1, 3)],
+        [(Role.PREFILL, 2, 1), (Role.DECODE, 2, 3)],
+    ]
+    assert [c.decode for c in splits] == pytest.approx([1.5, 3.0])
 
 
 def test_in_pd_each_role_has_the_pool_of_its_own_workers() -> None:

@@ -13,9 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pearl_sched import Mode
+from pearl_sched.makespan import DeviceParams
 from pearl_sched.sim import LinearStepTimes, Pool, TrajectorySpec, Turn, simulate_batch
 from pearl_sched.sim.memory import WorkerMemory, default_mem_fraction_static, kv_pool_tokens
-from pearl_sched.sim.rollout import RolloutSimulation
+from pearl_sched.sim.rollout import Engine, RolloutSimulation
 from tests.builders import DATA, FLAT, TWO_TURNS
 
 
@@ -101,6 +102,49 @@ def test_cache_aware_routing_keeps_the_prefix_and_round_robin_loses_it() -> None
     rr = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, router="round_robin"), [three])
     assert rr.cache_hit_tokens == 110
     assert rr.prefill_tokens == 100 + 160 + (220 - 110)
+
+
+def _linear(scale: float) -> LinearStepTimes:
+    """1 ms a prefill token, 10 ms + 10 ms a sequence a decode iteration, all times ``scale``."""
+    device = DeviceParams(
+        gpu_type="x",
+        tp=1,
+        prefill_s_per_token=0.001 * scale,
+        decode_iteration_s=0.01 * scale,
+        decode_per_seq_s=0.01 * scale,
+        kv_capacity_bytes=1e12,
+    )
+    return LinearStepTimes(device)
+
+
+def test_the_cache_aware_gateway_gives_a_fast_and_a_slow_worker_the_same_trajectories() -> None:
+    """smg's cache_aware policy balances requests in flight by count and keeps each trajectory on its worker, so a
+    worker twice as fast gets as many trajectories as a slow one and the slow one sets the makespan: exactly that
+    of two slow workers. Least-load routes every turn to the worker with fewest in flight, so the fast worker
+    takes more and the batch ends sooner (the split ImprovedMakespanModel predicts, docs/makespan.md)."""
+    slow, fast = Engine(_linear(1.0), 1e6), Engine(_linear(0.5), 1e6)
+    batch = [TrajectorySpec((Turn(100, 20, 1.0), Turn(50, 20, 1.0), Turn(50, 20, 0.0))) for _ in range(8)]
+
+    def run(engines: tuple[Engine, ...], router: str) -> tuple[float, list[int]]:
+        pool = Pool(Mode.COLOCATED, _linear(1.0), colocated_workers=2, router=router, colocated_engines=engines)
+        sim = RolloutSimulation(pool, batch)
+        seen: list[set[int]] = [set(), set()]
+        route = sim.prefill_router.route
+
+        def record(index: int, prompt: float, now: float, loads: list[tuple[int, int]]) -> int:
+            worker = route(index, prompt, now, loads)
+            seen[worker].add(index)
+            return worker
+
+        sim.prefill_router.route = record  # type: ignore[method-assign]
+        return sim.run().makespan_s, [len(s) for s in seen]
+
+    mixed, split = run((slow, fast), "cache_aware")
+    assert split == [4, 4]
+    assert mixed == pytest.approx(run((slow, slow), "cache_aware")[0], rel=1e-12)
+    assert mixed > run((fast, fast), "cache_aware")[0]
+    least, _ = run((slow, fast), "least_load")
+    assert least < run((slow, slow), "least_load")[0]
 
 
 def test_admission_holds_a_request_until_its_reserve_fits() -> None:
