@@ -1097,12 +1097,20 @@ class Replayed:
 
 
 def replay_aggregated(
-    engine: AicStepTimes, *, isl: int, osl: int, concurrency: int, chunk: int, harness: Harness
+    engine: AicStepTimes,
+    *,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    chunk: int,
+    harness: Harness,
+    backend_version: str = "",
 ) -> tuple[ReplayResult, int]:
     """One aggregated row on one SGLang server: its memory as the harness launched it, its clients as they sent.
 
     An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens`` and
-    ``--cuda-graph-max-bs`` (``chunk`` is the caller's: the recorded ``--chunked-prefill-size``).
+    ``--cuda-graph-max-bs`` (``chunk`` is the caller's: the recorded ``--chunked-prefill-size``). The decode
+    CUDA-graph sizes are those of the row's SGLang version (``backend_version``; :func:`sglang_cuda_graph_batch_sizes`).
 
     Returns:
         The replay and the server's KV pool in tokens (what decides whether the row is KV-bound).
@@ -1121,7 +1129,10 @@ def replay_aggregated(
         rounds=harness.prompts_per_client,
         range_ratio=harness.range_ratio,
         cuda_graph_bs=sglang_cuda_graph_batch_sizes(
-            engine.gpu_memory_bytes(), engine.tp, launch.cuda_graph_max_bs if launch is not None else None
+            engine.gpu_memory_bytes(),
+            engine.tp,
+            launch.cuda_graph_max_bs if launch is not None else None,
+            backend_version=backend_version,
         ),
     )
     return res, pool
@@ -1160,7 +1171,15 @@ def silicon_rows(
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
         chunk = launch.chunked_prefill_size if launch else sglang_chunked_prefill_size(engine.gpu_memory_bytes())
         try:
-            res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
+            res, pool = replay_aggregated(
+                engine,
+                isl=isl,
+                osl=osl,
+                concurrency=conc,
+                chunk=chunk,
+                harness=harness,
+                backend_version=row["backend_version"],
+            )
         except ReplayError as exc:
             skipped[f"replay refused: {exc}"[:90]] += 1
             continue
@@ -1408,7 +1427,10 @@ def disagg_rows(
                     else sglang_chunked_prefill_size(gpu_memory),
                     max_prefill_tokens=(launch.max_prefill_tokens if launch else None) or SGLANG_MAX_PREFILL_TOKENS,
                     cuda_graph_bs=sglang_cuda_graph_batch_sizes(
-                        gpu_memory, gpus, launch.cuda_graph_max_bs if launch else None
+                        gpu_memory,
+                        gpus,
+                        launch.cuda_graph_max_bs if launch else None,
+                        backend_version=deployment.get("backend_version", ""),
                     ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
@@ -1609,6 +1631,7 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
                     concurrency=item.concurrency,
                     chunk=item.chunk,
                     harness=item.harness,
+                    backend_version=item.backend_version,
                 )
             finally:
                 engine.calibration = None

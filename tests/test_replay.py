@@ -20,6 +20,7 @@ from pearl_sched.sim.replay import (
     replay_open_loop,
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
+    sglang_release,
 )
 from pearl_sched.sim.steptimes import StepTimes
 
@@ -230,13 +231,36 @@ def test_decode_steps_run_at_the_captured_cuda_graph_batch() -> None:
 
 
 def test_sglang_cuda_graph_sizes() -> None:
-    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1)
-    assert h100[:5] == (1, 2, 4, 8, 16) and h100[-1] == 160  # 80 GiB: no sizes above 160
-    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
-    assert b200[-1] == 256 and 24 in b200 and 12 not in b200
+    # SGLang 0.5.3 on (ServerArgs._generate_cuda_graph_batch_sizes): 12, then every 8 to 256, every 16 to 496, every
+    # 32 from 512, capped at the default --cuda-graph-max-bs (256 at TP < 4 below 160 GiB, else 512)
+    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1, backend_version="0.5.9")
+    assert h100[:6] == (1, 2, 4, 8, 12, 16) and h100[-1] == 256 and 168 in h100
+    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="0.5.9")
+    assert b200[-3:] == (480, 496, 512) and 264 not in b200 and 272 in b200 and 12 in b200
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8) == b200  # no release named: the current list
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="nightly-dev-20260216-d3bae71e") == b200
     assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB
     # a launch's --cuda-graph-max-bs 32 (InferenceX dsr1_fp8_b200.sh at TP 4): the default list stops there
-    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 32) == (1, 2, 4, 8, 16, 24, 32)
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 32) == (1, 2, 4, 8, 12, 16, 24, 32)
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 1024, backend_version="0.5.10.post1")[-3:] == (960, 992, 1024)
+    # before 0.5.3 (cuda_graph_runner.get_batch_sizes_to_capture in 0.5.1.post1 / 0.5.2): no 12, 160 on 80 GiB
+    # (no default cap there), 256 above 90 GiB, every 16 to 512 above 160 GB; a cap beyond the list extends it by 16
+    old_h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1, backend_version="0.5.1.post1")
+    assert old_h100 == (1, 2, 4, 8, *range(16, 161, 8))
+    old_h200 = sglang_cuda_graph_batch_sizes(141 * 2**30, 8, backend_version="0.5.2")
+    assert old_h200[-1] == 256 and 12 not in old_h200
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="0.5.1")[-2:] == (496, 512)
+    # --cuda-graph-max-bs 200 on 0.5.1: range(160, 201, 16) appended, so 192 is the largest graph
+    assert sglang_cuda_graph_batch_sizes(80 * 2**30, 1, 200, backend_version="0.5.1.post1")[-3:] == (160, 176, 192)
+
+
+def test_sglang_release() -> None:
+    assert sglang_release("0.5.1.post1") == (0, 5, 1)
+    assert sglang_release("0.5.10.post1") == (0, 5, 10)
+    assert sglang_release("0.5.9") == (0, 5, 9)
+    assert sglang_release("0.5.3rc0") == (0, 5, 3)
+    assert sglang_release("nightly-dev-20260402-d7256eb6") is None
+    assert sglang_release("") is None and sglang_release(None) is None
 
 
 # -- disaggregated (PD) replay --------------------------------------------------------------------------------------

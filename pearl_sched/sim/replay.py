@@ -75,20 +75,65 @@ def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
     return default_chunked_prefill_size(gpu_memory_bytes)
 
 
-def sglang_cuda_graph_batch_sizes(
-    gpu_memory_bytes: float, tp: int, cuda_graph_max_bs: int | None = None
-) -> tuple[int, ...]:
-    """SGLang 0.5's default decode CUDA-graph batch sizes (``cuda_graph_runner.get_batch_sizes_to_capture``).
+SGLANG_CAPTURE_LIST_CHANGED = (0, 5, 3)
+"""The SGLang release whose default decode CUDA-graph batch sizes are :func:`sglang_cuda_graph_batch_sizes`'s
+current list (``ServerArgs._generate_cuda_graph_batch_sizes``, first in the 0.5.3 wheel; 0.5.2 and 0.5.1.post1 still
+build the list in ``cuda_graph_runner.get_batch_sizes_to_capture``)."""
 
-    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at
-    ``cuda_graph_max_bs`` (a launch's ``--cuda-graph-max-bs``; None: the default,
-    :func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`; a cap above the list adds no sizes here). A larger
-    decode batch runs without a graph, unpadded.
+
+def sglang_release(backend_version: str | None) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of an SGLang version string (``0.5.1.post1`` → (0, 5, 1)).
+
+    None when it names no release (empty, ``nightly-dev…``).
     """
-    sizes = [1, 2, 4, 8, *range(16, 161, 8)]
-    if gpu_memory_bytes > 96 * 2**30:
-        sizes += list(range(168, 257, 8))
+    parts = (backend_version or "").split(".")
+    if len(parts) < 3 or not all(part.isdigit() for part in parts[:2]):
+        return None
+    patch = "".join(itertools.takewhile(str.isdigit, parts[2]))
+    return (int(parts[0]), int(parts[1]), int(patch)) if patch else None
+
+
+def sglang_cuda_graph_batch_sizes(
+    gpu_memory_bytes: float,
+    tp: int,
+    cuda_graph_max_bs: int | None = None,
+    *,
+    backend_version: str | None = None,
+) -> tuple[int, ...]:
+    """The decode batch sizes an SGLang server captures as CUDA graphs by default.
+
+    SGLang 0.5.3 on (``ServerArgs._generate_cuda_graph_batch_sizes``, read in the 0.5.3, 0.5.5.post2, 0.5.6.post2,
+    0.5.9 and 0.5.10.post1 wheels): ``[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512,
+    cuda_graph_max_bs + 1, 32)``, capped at ``cuda_graph_max_bs`` (a launch's ``--cuda-graph-max-bs``; None:
+    SGLang's default for the GPU memory and TP, :func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`).
+
+    Before 0.5.3 (``backend_version`` older than :data:`SGLANG_CAPTURE_LIST_CHANGED`;
+    ``cuda_graph_runner.get_batch_sizes_to_capture`` in the 0.5.1.post1 and 0.5.2 wheels): ``[1, 2, 4, 8] +
+    range(16, 161, 8)``, plus ``range(160, 257, 8)`` above 90 GiB and ``range(256, 513, 16)`` above 160 GB; a
+    ``--cuda-graph-max-bs`` cuts the list there and, when the list stops below it, extends it by 16 up to it; the
+    default sets none on GPUs of 35 GiB or more (below: 8 at TP < 4, else 80).
+
+    A version that names no release (None, a nightly) gets the current list. A larger decode batch runs without a
+    graph, unpadded. (SGLang also drops sizes above ``--max-running-requests``; the replay's batch never exceeds it.)
+    """
+    release = sglang_release(backend_version)
+    if release is not None and release < SGLANG_CAPTURE_LIST_CHANGED:
+        sizes = [1, 2, 4, 8, *range(16, 161, 8)]
+        mib = gpu_memory_bytes / 2**20
+        if mib > 90 * 1024:
+            sizes += list(range(160, 257, 8))
+        if mib > 160 * 1000:
+            sizes += list(range(256, 513, 16))
+        cap = cuda_graph_max_bs
+        if cap is None and mib < 35 * 1024:
+            cap = 8 if tp < 4 else 80
+        if cap:
+            sizes = [size for size in sizes if size <= cap]
+            if max(sizes) < cap:
+                sizes += list(range(max(sizes), cap + 1, 16))
+        return tuple(sorted(set(sizes)))
     cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, cap + 1, 32)]
     return tuple(size for size in sizes if size <= cap)
 
 
@@ -927,4 +972,5 @@ __all__ = [
     "replay_open_loop",
     "sglang_chunked_prefill_size",
     "sglang_cuda_graph_batch_sizes",
+    "sglang_release",
 ]
