@@ -1081,6 +1081,38 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     return pool, running
 
 
+_RECV_10_30 = ((1, 10), (16, 30))
+"""``if [[ $CONC -ge 16 ]]; then SCHEDULER_RECV_INTERVAL=30; else SCHEDULER_RECV_INTERVAL=10; fi`` ("recv every ~10
+requests; if CONC ≥ 16, relax to ~30"), passed as ``--scheduler-recv-interval``: (first C, interval) pairs."""
+
+SCHEDULER_RECV_INTERVALS: dict[str, tuple[tuple[int, int], ...]] = {
+    _DSR1_FP8_B200_V056: _RECV_10_30,  # dsr1_fp8_b200_docker.sh at d27433dff
+    _DSR1_FP8_B200_SH_TP8: _RECV_10_30,
+    _DSR1_FP8_B200_SH: ((1, 10),),  # the TP=4 branch sets 10 at every C
+    _DSR1_FP4_B200_SH: _RECV_10_30,  # dsr1_fp4_b200.sh as of 64c20b6b5
+    _DSR1_FP8_B300_SH.format(8): _RECV_10_30,
+    _DSR1_FP8_B300_SH.format(4): ((1, 10),),  # the TP=4 branch sets 10 at every C
+    _DSR1_FP4_B300_SH: _RECV_10_30,
+    _QWEN35_FP8_B200_SH: _RECV_10_30,
+    _QWEN35_FP8_B200_SH_0303: _RECV_10_30,
+}
+"""``--scheduler-recv-interval`` of each recorded InferenceX launch script that sets it, by the record's ``script``
+(read at the commit the record names). ``dsr1_fp8_h200.sh`` (64c20b6b5) and ``qwen3.5_fp8_h200.sh`` (f65d6b4b1) set
+none; a record added to :data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here."""
+
+
+def scheduler_recv_interval(launch: LaunchFlags | None, concurrency: int) -> int:
+    """The ``--scheduler-recv-interval`` the row's server ran at its concurrency (1: SGLang's default, every
+    iteration receives; rows without a recorded launch, and scripts that set none)."""
+    if launch is None:
+        return 1
+    interval = 1
+    for first_c, value in SCHEDULER_RECV_INTERVALS.get(launch.script, ()):
+        if concurrency >= first_c:
+            interval = value
+    return interval
+
+
 @dataclass
 class Replayed:
     """A silicon row's replay inputs, kept for the calibrated pass."""
@@ -1108,8 +1140,9 @@ def replay_aggregated(
 ) -> tuple[ReplayResult, int]:
     """One aggregated row on one SGLang server: its memory as the harness launched it, its clients as they sent.
 
-    An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens`` and
-    ``--cuda-graph-max-bs`` (``chunk`` is the caller's: the recorded ``--chunked-prefill-size``). The decode
+    An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens``,
+    ``--cuda-graph-max-bs`` and ``--scheduler-recv-interval`` (:func:`scheduler_recv_interval`; ``chunk`` is the
+    caller's: the recorded ``--chunked-prefill-size``). The decode
     CUDA-graph sizes are those of the row's SGLang version (``backend_version``; :func:`sglang_cuda_graph_batch_sizes`).
 
     Returns:
@@ -1134,6 +1167,7 @@ def replay_aggregated(
             launch.cuda_graph_max_bs if launch is not None else None,
             backend_version=backend_version,
         ),
+        scheduler_recv_interval=scheduler_recv_interval(launch, concurrency),
     )
     return res, pool
 

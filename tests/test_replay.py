@@ -14,6 +14,8 @@ from pearl_sched.sim.replay import (
     DisaggReplayResult,
     PDRole,
     ReplayError,
+    SGLangDefaultScheduler,
+    _drive,
     benchmark_lengths,
     replay_closed_loop,
     replay_disagg_closed_loop,
@@ -228,6 +230,53 @@ def test_decode_steps_run_at_the_captured_cuda_graph_batch() -> None:
         FakeSteps(), isl=10, osl=101, concurrency=3, pool_tokens=10_000, rounds=1, cuda_graph_bs=(1, 2)
     )
     assert eager.tpot_s == pytest.approx(plain.tpot_s)
+
+
+def _closed_loop(interval: int, requests: list[tuple[int, int]], concurrency: int) -> list[float]:
+    """Per-request TTFT of ``requests`` (ISL, OSL) sent in order by ``concurrency`` closed-loop clients."""
+    sched = SGLangDefaultScheduler(FakeSteps(), 10_000, scheduler_recv_interval=interval)
+    res = _drive(sched, [(0.0, i, o) for i, o in requests], len(requests), concurrency=concurrency)
+    return [ttft for ttft, _, _ in res.per_request]
+
+
+def test_scheduler_recv_interval_delays_a_request_sent_during_decode_by_hand() -> None:
+    # two clients prefill together (12 ms), decode at batch 2; the OSL-3 request finishes after 2 decode steps and its
+    # client sends the third request. Interval 1: received at once, prefilled alone (11 ms). Interval 10: the prefill
+    # adds 1000 (receive at the next iteration), each decode 1; the counter is 1 after the first decode and reaches 10
+    # at the top of the 12th iteration, after 8 decode steps of the lone OSL-20 request (5.01 ms each)
+    requests = [(10, 3), (10, 20), (10, 5)]
+    assert _closed_loop(1, requests, 2)[2] == pytest.approx(0.011)
+    assert _closed_loop(10, requests, 2)[2] == pytest.approx(8 * (0.005 + 1e-5) + 0.011)
+    assert _closed_loop(10, requests, 2)[:2] == _closed_loop(1, requests, 2)[:2]  # the first C arrive at an idle server
+
+
+def test_scheduler_recv_interval_idle_server_receives_at_once() -> None:
+    # one client: the server is idle when the next request is sent, and an idle loop spins through the count
+    requests = [(10, 3), (10, 3), (10, 3)]
+    assert _closed_loop(30, requests, 1) == pytest.approx([0.011] * 3)
+    res = replay_closed_loop(FakeSteps(), isl=50, osl=40, concurrency=4, pool_tokens=10_000, range_ratio=0.8, rounds=3)
+    same = replay_closed_loop(
+        FakeSteps(),
+        isl=50,
+        osl=40,
+        concurrency=4,
+        pool_tokens=10_000,
+        range_ratio=0.8,
+        rounds=3,
+        scheduler_recv_interval=1,
+    )
+    assert same.per_request == res.per_request  # 1 is SGLang's default: every iteration receives
+    slow = replay_closed_loop(
+        FakeSteps(),
+        isl=50,
+        osl=40,
+        concurrency=4,
+        pool_tokens=10_000,
+        range_ratio=0.8,
+        rounds=3,
+        scheduler_recv_interval=30,
+    )
+    assert slow.ttft_s > res.ttft_s and slow.prefill_steps < res.prefill_steps  # arrivals wait, then prefill together
 
 
 def test_sglang_cuda_graph_sizes() -> None:

@@ -69,6 +69,13 @@ class ReplayError(PearlSchedError, ValueError):
 SGLANG_MAX_PREFILL_TOKENS = 16384
 """SGLang's default ``--max-prefill-tokens``."""
 
+RECV_SKIPPER_WEIGHT_DECODE = 1
+"""``SchedulerRecvSkipper``'s weight of an iteration whose last batch decoded, and of an idle one
+(``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DECODE`` / ``_NONE``, 1 in SGLang 0.5.6.post2, 0.5.9 and 0.5.10.post1)."""
+RECV_SKIPPER_WEIGHT_DEFAULT = 1000
+"""Its weight after any other batch, a prefill (``EXTEND``) or a mixed one
+(``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT``, 1000): the next iteration always receives."""
+
 
 def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
     """SGLang's default ``chunked_prefill_size`` by GPU memory (``memory.default_chunked_prefill_size``)."""
@@ -188,6 +195,7 @@ class SGLangDefaultScheduler:
     decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
     reserve_new_tokens: bool = True  # admission reserves room for answers (SGLang); vLLM allocates on demand
     cuda_graph_bs: tuple[int, ...] = ()  # captured decode batch sizes (ascending); empty: no padding
+    scheduler_recv_interval: int = 1  # --scheduler-recv-interval: new requests are received every N decode iterations
     waiting: deque[_Request] = field(default_factory=deque)
     running: dict[int, _Request] = field(default_factory=dict)
     chunked: _Request | None = None
@@ -358,6 +366,7 @@ def replay_closed_loop(
     range_ratio: float = 1.0,
     seed: int = 0,
     cuda_graph_bs: tuple[int, ...] = (),
+    scheduler_recv_interval: int = 1,
 ) -> ReplayResult:
     """Replay ``concurrency`` closed-loop clients sending ``rounds × concurrency`` requests on one worker.
 
@@ -365,7 +374,13 @@ def replay_closed_loop(
     ``isl`` / ``osl``), seeded by ``seed``. The first ``concurrency`` requests arrive together at time 0 (the
     harness's warm-up requests have finished before its measured run starts). ``cuda_graph_bs``: the decode batch
     sizes the server captured as CUDA graphs (:func:`sglang_cuda_graph_batch_sizes`); a decode step runs padded to
-    the next one (none: the batch as it is).
+    the next one (none: the batch as it is). ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval``
+    (``SchedulerRecvSkipper``, ``managers/scheduler_recv_skipper.py`` in 0.5.6.post2, 0.5.9 and 0.5.10.post1): the
+    scheduler reads new requests from its socket only when a counter reaches it; every iteration adds
+    :data:`RECV_SKIPPER_WEIGHT_DECODE` after a decode batch or an idle loop and :data:`RECV_SKIPPER_WEIGHT_DEFAULT`
+    after a prefill, so a request a client sends while the server decodes waits for up to that many decode steps
+    before it can be prefilled (its TTFT counts the wait); an idle server spins through the count at once. 1 (the
+    default): every iteration receives.
 
     Raises:
         ReplayError: sizes that are not positive, or one request's prompt + answer larger than the pool.
@@ -380,6 +395,7 @@ def replay_closed_loop(
         max_running_requests=max_running_requests,
         mixed_chunk=mixed_chunk,
         cuda_graph_bs=tuple(sorted(cuda_graph_bs)),
+        scheduler_recv_interval=scheduler_recv_interval,
     )
     total = rounds * concurrency
     rng = np.random.RandomState(seed)
@@ -443,6 +459,9 @@ def _drive(
                 f"one request ({isl}+{osl} tokens) does not fit the KV pool of {sched.pool_tokens} tokens"
             )
     pending = deque(arrivals)
+    inbox: deque[_Request] = deque()  # sent by a client, not yet received by the scheduler (recv interval > 1)
+    recv_counter = 0
+    recv_weight = 0  # the SchedulerRecvSkipper weight of the last forward, not yet counted
     per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
     sent = done = timed = prefill_steps = decode_steps = max_used = 0
     now = ttft_sum = tpot_sum = e2e_sum = 0.0
@@ -463,6 +482,14 @@ def _drive(
     while done < total:
         if not closed_loop:
             admit_arrivals()
+        if sched.scheduler_recv_interval > 1:
+            recv_counter += recv_weight
+            recv_weight = 0
+            idle = not sched.running and not sched.waiting and sched.chunked is None
+            if recv_counter >= sched.scheduler_recv_interval or (idle and inbox):
+                recv_counter = 0  # an idle loop spins through the count in no time
+                sched.waiting.extend(inbox)
+                inbox.clear()
         if sched.decode_budget:
             # vLLM: the running requests are scheduled first (their KV slot, their token of the budget)
             if sched.retract():
@@ -488,6 +515,7 @@ def _drive(
             else:
                 now += steps.prefill_s(new, len(batch), cached)
             prefill_steps += 1
+            recv_weight = RECV_SKIPPER_WEIGHT_DEFAULT
             for req, take, _ in batch:
                 req.prefilled += take
                 if req.prefilled < req.target:
@@ -507,6 +535,7 @@ def _drive(
             now += steps.decode_s(sched.graph_batch(len(sched.running)), sched.mean_context())
             sched.decode_step()
             decode_steps += 1
+            recv_weight = RECV_SKIPPER_WEIGHT_DECODE
         max_used = max(max_used, sched.used_tokens)
         for req in sched.finished():
             ttft = req.first_token_s - req.arrival_s
@@ -521,7 +550,7 @@ def _drive(
             done += 1
             if closed_loop and pending:
                 _, isl, osl = pending.popleft()
-                sched.waiting.append(_Request(sent, now, isl, osl))
+                (inbox if sched.scheduler_recv_interval > 1 else sched.waiting).append(_Request(sent, now, isl, osl))
                 sent += 1
     return ReplayResult(
         ttft_s=ttft_sum / total,
