@@ -1289,6 +1289,43 @@ def server_memory(engine: AicStepTimes, harness: Harness) -> tuple[int, int]:
     return pool, running
 
 
+_RECV_10_30 = ((1, 10), (16, 30))
+"""``if [[ $CONC -ge 16 ]]; then SCHEDULER_RECV_INTERVAL=30; else SCHEDULER_RECV_INTERVAL=10; fi`` ("recv every ~10
+requests; if CONC ≥ 16, relax to ~30"), passed as ``--scheduler-recv-interval``: (first C, interval) pairs."""
+
+SCHEDULER_RECV_INTERVALS: dict[str, tuple[tuple[int, int], ...]] = {
+    _DSR1_FP8_B200_V056: _RECV_10_30,  # dsr1_fp8_b200_docker.sh at d27433dff
+    _DSR1_FP8_B200_SH_TP8: _RECV_10_30,
+    _DSR1_FP8_B200_SH: ((1, 10),),  # the TP=4 branch sets 10 at every C
+    _DSR1_FP4_B200_SH: _RECV_10_30,  # dsr1_fp4_b200.sh as of 64c20b6b5
+    _DSR1_FP8_B300_SH.format(8): _RECV_10_30,
+    _DSR1_FP8_B300_SH.format(4): ((1, 10),),  # the TP=4 branch sets 10 at every C
+    _DSR1_FP4_B300_SH: _RECV_10_30,
+    _QWEN35_FP8_B200_SH: _RECV_10_30,
+    _QWEN35_FP8_B200_SH_0303: _RECV_10_30,
+    _QWEN35_BF16_B200_SH: _RECV_10_30,  # qwen3.5_bf16_b200.sh at 9dc87a68c
+    _QWEN35_FP4_B200_SH: _RECV_10_30,  # qwen3.5_fp4_b200.sh at 48d35c480
+    _QWEN35_BF16_B300_SH: _RECV_10_30,  # qwen3.5_bf16_b300.sh at 32274d6c1
+    _QWEN35_FP4_B300_SH: _RECV_10_30,  # qwen3.5_fp4_b300.sh at 8acbd08b7
+    _QWEN35_FP8_B300_SH: ((1, 10),),  # qwen3.5_fp8_b300.sh at c0f62a2ef: --scheduler-recv-interval 10 at every C
+}
+"""``--scheduler-recv-interval`` of each recorded InferenceX launch script that sets it, by the record's ``script``
+(read at the commit the record names). ``dsr1_fp8_h200.sh`` (64c20b6b5) and ``qwen3.5_fp8_h200.sh`` (f65d6b4b1) set
+none; a record added to :data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here."""
+
+
+def scheduler_recv_interval(launch: LaunchFlags | None, concurrency: int) -> int:
+    """The ``--scheduler-recv-interval`` the row's server ran at its concurrency (1: SGLang's default, every
+    iteration receives; rows without a recorded launch, and scripts that set none)."""
+    if launch is None:
+        return 1
+    interval = 1
+    for first_c, value in SCHEDULER_RECV_INTERVALS.get(launch.script, ()):
+        if concurrency >= first_c:
+            interval = value
+    return interval
+
+
 @dataclass
 class Replayed:
     """A silicon row's replay inputs, kept for the calibrated pass."""
@@ -1305,12 +1342,21 @@ class Replayed:
 
 
 def replay_aggregated(
-    engine: AicStepTimes, *, isl: int, osl: int, concurrency: int, chunk: int, harness: Harness
+    engine: AicStepTimes,
+    *,
+    isl: int,
+    osl: int,
+    concurrency: int,
+    chunk: int,
+    harness: Harness,
+    backend_version: str = "",
 ) -> tuple[ReplayResult, int]:
     """One aggregated row on one SGLang server: its memory as the harness launched it, its clients as they sent.
 
-    An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens`` and
-    ``--cuda-graph-max-bs`` (``chunk`` is the caller's: the recorded ``--chunked-prefill-size``).
+    An engine built with recorded launch flags (:data:`LAUNCHES`) runs with their ``--max-prefill-tokens``,
+    ``--cuda-graph-max-bs`` and ``--scheduler-recv-interval`` (:func:`scheduler_recv_interval`; ``chunk`` is the
+    caller's: the recorded ``--chunked-prefill-size``). The decode
+    CUDA-graph sizes are those of the row's SGLang version (``backend_version``; :func:`sglang_cuda_graph_batch_sizes`).
 
     Returns:
         The replay and the server's KV pool in tokens (what decides whether the row is KV-bound).
@@ -1329,8 +1375,12 @@ def replay_aggregated(
         rounds=harness.prompts_per_client,
         range_ratio=harness.range_ratio,
         cuda_graph_bs=sglang_cuda_graph_batch_sizes(
-            engine.gpu_memory_bytes(), engine.tp, launch.cuda_graph_max_bs if launch is not None else None
+            engine.gpu_memory_bytes(),
+            engine.tp,
+            launch.cuda_graph_max_bs if launch is not None else None,
+            backend_version=backend_version,
         ),
+        scheduler_recv_interval=scheduler_recv_interval(launch, concurrency),
     )
     return res, pool
 
@@ -1369,7 +1419,15 @@ def silicon_rows(
         isl, osl, conc = int(row["isl"]), int(row["osl"]), int(float(row["batch_size"]))
         chunk = launch.chunked_prefill_size if launch else sglang_chunked_prefill_size(engine.gpu_memory_bytes())
         try:
-            res, pool = replay_aggregated(engine, isl=isl, osl=osl, concurrency=conc, chunk=chunk, harness=harness)
+            res, pool = replay_aggregated(
+                engine,
+                isl=isl,
+                osl=osl,
+                concurrency=conc,
+                chunk=chunk,
+                harness=harness,
+                backend_version=row["backend_version"],
+            )
         except ReplayError as exc:
             skipped[f"replay refused: {exc}"[:90]] += 1
             continue
@@ -1617,7 +1675,10 @@ def disagg_rows(
                     else sglang_chunked_prefill_size(gpu_memory),
                     max_prefill_tokens=(launch.max_prefill_tokens if launch else None) or SGLANG_MAX_PREFILL_TOKENS,
                     cuda_graph_bs=sglang_cuda_graph_batch_sizes(
-                        gpu_memory, gpus, launch.cuda_graph_max_bs if launch else None
+                        gpu_memory,
+                        gpus,
+                        launch.cuda_graph_max_bs if launch else None,
+                        backend_version=deployment.get("backend_version", ""),
                     ),
                     kv_bytes_per_token=engine.kv_bytes_per_token(),
                     link_bytes_per_s=_link_bytes_per_s(row["system"]) * engine.tp,
@@ -1818,6 +1879,7 @@ def calibrated_rows(replayed: list[Replayed]) -> list[Row]:
                     concurrency=item.concurrency,
                     chunk=item.chunk,
                     harness=item.harness,
+                    backend_version=item.backend_version,
                 )
             finally:
                 engine.calibration = None

@@ -14,12 +14,15 @@ from pearl_sched.sim.replay import (
     DisaggReplayResult,
     PDRole,
     ReplayError,
+    SGLangDefaultScheduler,
+    _drive,
     benchmark_lengths,
     replay_closed_loop,
     replay_disagg_closed_loop,
     replay_open_loop,
     sglang_chunked_prefill_size,
     sglang_cuda_graph_batch_sizes,
+    sglang_release,
 )
 from pearl_sched.sim.steptimes import StepTimes
 
@@ -229,14 +232,84 @@ def test_decode_steps_run_at_the_captured_cuda_graph_batch() -> None:
     assert eager.tpot_s == pytest.approx(plain.tpot_s)
 
 
+def _closed_loop(interval: int, requests: list[tuple[int, int]], concurrency: int) -> list[float]:
+    """Per-request TTFT of ``requests`` (ISL, OSL) sent in order by ``concurrency`` closed-loop clients."""
+    sched = SGLangDefaultScheduler(FakeSteps(), 10_000, scheduler_recv_interval=interval)
+    res = _drive(sched, [(0.0, i, o) for i, o in requests], len(requests), concurrency=concurrency)
+    return [ttft for ttft, _, _ in res.per_request]
+
+
+def test_scheduler_recv_interval_delays_a_request_sent_during_decode_by_hand() -> None:
+    # two clients prefill together (12 ms), decode at batch 2; the OSL-3 request finishes after 2 decode steps and its
+    # client sends the third request. Interval 1: received at once, prefilled alone (11 ms). Interval 10: the prefill
+    # adds 1000 (receive at the next iteration), each decode 1; the counter is 1 after the first decode and reaches 10
+    # at the top of the 12th iteration, after 8 decode steps of the lone OSL-20 request (5.01 ms each)
+    requests = [(10, 3), (10, 20), (10, 5)]
+    assert _closed_loop(1, requests, 2)[2] == pytest.approx(0.011)
+    assert _closed_loop(10, requests, 2)[2] == pytest.approx(8 * (0.005 + 1e-5) + 0.011)
+    assert _closed_loop(10, requests, 2)[:2] == _closed_loop(1, requests, 2)[:2]  # the first C arrive at an idle server
+
+
+def test_scheduler_recv_interval_idle_server_receives_at_once() -> None:
+    # one client: the server is idle when the next request is sent, and an idle loop spins through the count
+    requests = [(10, 3), (10, 3), (10, 3)]
+    assert _closed_loop(30, requests, 1) == pytest.approx([0.011] * 3)
+    res = replay_closed_loop(FakeSteps(), isl=50, osl=40, concurrency=4, pool_tokens=10_000, range_ratio=0.8, rounds=3)
+    same = replay_closed_loop(
+        FakeSteps(),
+        isl=50,
+        osl=40,
+        concurrency=4,
+        pool_tokens=10_000,
+        range_ratio=0.8,
+        rounds=3,
+        scheduler_recv_interval=1,
+    )
+    assert same.per_request == res.per_request  # 1 is SGLang's default: every iteration receives
+    slow = replay_closed_loop(
+        FakeSteps(),
+        isl=50,
+        osl=40,
+        concurrency=4,
+        pool_tokens=10_000,
+        range_ratio=0.8,
+        rounds=3,
+        scheduler_recv_interval=30,
+    )
+    assert slow.ttft_s > res.ttft_s and slow.prefill_steps < res.prefill_steps  # arrivals wait, then prefill together
+
+
 def test_sglang_cuda_graph_sizes() -> None:
-    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1)
-    assert h100[:5] == (1, 2, 4, 8, 16) and h100[-1] == 160  # 80 GiB: no sizes above 160
-    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8)
-    assert b200[-1] == 256 and 24 in b200 and 12 not in b200
+    # SGLang 0.5.3 on (ServerArgs._generate_cuda_graph_batch_sizes): 12, then every 8 to 256, every 16 to 496, every
+    # 32 from 512, capped at the default --cuda-graph-max-bs (256 at TP < 4 below 160 GiB, else 512)
+    h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1, backend_version="0.5.9")
+    assert h100[:6] == (1, 2, 4, 8, 12, 16) and h100[-1] == 256 and 168 in h100
+    b200 = sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="0.5.9")
+    assert b200[-3:] == (480, 496, 512) and 264 not in b200 and 272 in b200 and 12 in b200
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8) == b200  # no release named: the current list
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="nightly-dev-20260216-d3bae71e") == b200
     assert sglang_cuda_graph_batch_sizes(24 * 2**30, 1)[-1] == 24  # --cuda-graph-max-bs 24 below 35 GiB
     # a launch's --cuda-graph-max-bs 32 (InferenceX dsr1_fp8_b200.sh at TP 4): the default list stops there
-    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 32) == (1, 2, 4, 8, 16, 24, 32)
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 32) == (1, 2, 4, 8, 12, 16, 24, 32)
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 4, 1024, backend_version="0.5.10.post1")[-3:] == (960, 992, 1024)
+    # before 0.5.3 (cuda_graph_runner.get_batch_sizes_to_capture in 0.5.1.post1 / 0.5.2): no 12, 160 on 80 GiB
+    # (no default cap there), 256 above 90 GiB, every 16 to 512 above 160 GB; a cap beyond the list extends it by 16
+    old_h100 = sglang_cuda_graph_batch_sizes(80 * 2**30, 1, backend_version="0.5.1.post1")
+    assert old_h100 == (1, 2, 4, 8, *range(16, 161, 8))
+    old_h200 = sglang_cuda_graph_batch_sizes(141 * 2**30, 8, backend_version="0.5.2")
+    assert old_h200[-1] == 256 and 12 not in old_h200
+    assert sglang_cuda_graph_batch_sizes(180 * 2**30, 8, backend_version="0.5.1")[-2:] == (496, 512)
+    # --cuda-graph-max-bs 200 on 0.5.1: range(160, 201, 16) appended, so 192 is the largest graph
+    assert sglang_cuda_graph_batch_sizes(80 * 2**30, 1, 200, backend_version="0.5.1.post1")[-3:] == (160, 176, 192)
+
+
+def test_sglang_release() -> None:
+    assert sglang_release("0.5.1.post1") == (0, 5, 1)
+    assert sglang_release("0.5.10.post1") == (0, 5, 10)
+    assert sglang_release("0.5.9") == (0, 5, 9)
+    assert sglang_release("0.5.3rc0") == (0, 5, 3)
+    assert sglang_release("nightly-dev-20260402-d7256eb6") is None
+    assert sglang_release("") is None and sglang_release(None) is None
 
 
 # -- disaggregated (PD) replay --------------------------------------------------------------------------------------

@@ -69,26 +69,78 @@ class ReplayError(PearlSchedError, ValueError):
 SGLANG_MAX_PREFILL_TOKENS = 16384
 """SGLang's default ``--max-prefill-tokens``."""
 
+RECV_SKIPPER_WEIGHT_DECODE = 1
+"""``SchedulerRecvSkipper``'s weight of an iteration whose last batch decoded, and of an idle one
+(``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DECODE`` / ``_NONE``, 1 in SGLang 0.5.6.post2, 0.5.9 and 0.5.10.post1)."""
+RECV_SKIPPER_WEIGHT_DEFAULT = 1000
+"""Its weight after any other batch, a prefill (``EXTEND``) or a mixed one
+(``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT``, 1000): the next iteration always receives."""
+
 
 def sglang_chunked_prefill_size(gpu_memory_bytes: float) -> int:
     """SGLang's default ``chunked_prefill_size`` by GPU memory (``memory.default_chunked_prefill_size``)."""
     return default_chunked_prefill_size(gpu_memory_bytes)
 
 
-def sglang_cuda_graph_batch_sizes(
-    gpu_memory_bytes: float, tp: int, cuda_graph_max_bs: int | None = None
-) -> tuple[int, ...]:
-    """SGLang 0.5's default decode CUDA-graph batch sizes (``cuda_graph_runner.get_batch_sizes_to_capture``).
+SGLANG_CAPTURE_LIST_CHANGED = (0, 5, 3)
+"""The SGLang release whose default decode CUDA-graph batch sizes are :func:`sglang_cuda_graph_batch_sizes`'s
+current list (``ServerArgs._generate_cuda_graph_batch_sizes``, first in the 0.5.3 wheel; 0.5.2 and 0.5.1.post1 still
+build the list in ``cuda_graph_runner.get_batch_sizes_to_capture``)."""
 
-    ``[1, 2, 4, 8] + range(16, 161, 8)``, plus ``range(160, 257, 8)`` on GPUs over 96 GiB, capped at
-    ``cuda_graph_max_bs`` (a launch's ``--cuda-graph-max-bs``; None: the default,
-    :func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`; a cap above the list adds no sizes here). A larger
-    decode batch runs without a graph, unpadded.
+
+def sglang_release(backend_version: str | None) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of an SGLang version string (``0.5.1.post1`` → (0, 5, 1)).
+
+    None when it names no release (empty, ``nightly-dev…``).
     """
-    sizes = [1, 2, 4, 8, *range(16, 161, 8)]
-    if gpu_memory_bytes > 96 * 2**30:
-        sizes += list(range(168, 257, 8))
+    parts = (backend_version or "").split(".")
+    if len(parts) < 3 or not all(part.isdigit() for part in parts[:2]):
+        return None
+    patch = "".join(itertools.takewhile(str.isdigit, parts[2]))
+    return (int(parts[0]), int(parts[1]), int(patch)) if patch else None
+
+
+def sglang_cuda_graph_batch_sizes(
+    gpu_memory_bytes: float,
+    tp: int,
+    cuda_graph_max_bs: int | None = None,
+    *,
+    backend_version: str | None = None,
+) -> tuple[int, ...]:
+    """The decode batch sizes an SGLang server captures as CUDA graphs by default.
+
+    SGLang 0.5.3 on (``ServerArgs._generate_cuda_graph_batch_sizes``, read in the 0.5.3, 0.5.5.post2, 0.5.6.post2,
+    0.5.9 and 0.5.10.post1 wheels): ``[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, 512, 16) + range(512,
+    cuda_graph_max_bs + 1, 32)``, capped at ``cuda_graph_max_bs`` (a launch's ``--cuda-graph-max-bs``; None:
+    SGLang's default for the GPU memory and TP, :func:`pearl_sched.sim.memory.default_cuda_graph_max_bs`).
+
+    Before 0.5.3 (``backend_version`` older than :data:`SGLANG_CAPTURE_LIST_CHANGED`;
+    ``cuda_graph_runner.get_batch_sizes_to_capture`` in the 0.5.1.post1 and 0.5.2 wheels): ``[1, 2, 4, 8] +
+    range(16, 161, 8)``, plus ``range(160, 257, 8)`` above 90 GiB and ``range(256, 513, 16)`` above 160 GB; a
+    ``--cuda-graph-max-bs`` cuts the list there and, when the list stops below it, extends it by 16 up to it; the
+    default sets none on GPUs of 35 GiB or more (below: 8 at TP < 4, else 80).
+
+    A version that names no release (None, a nightly) gets the current list. A larger decode batch runs without a
+    graph, unpadded. (SGLang also drops sizes above ``--max-running-requests``; the replay's batch never exceeds it.)
+    """
+    release = sglang_release(backend_version)
+    if release is not None and release < SGLANG_CAPTURE_LIST_CHANGED:
+        sizes = [1, 2, 4, 8, *range(16, 161, 8)]
+        mib = gpu_memory_bytes / 2**20
+        if mib > 90 * 1024:
+            sizes += list(range(160, 257, 8))
+        if mib > 160 * 1000:
+            sizes += list(range(256, 513, 16))
+        cap = cuda_graph_max_bs
+        if cap is None and mib < 35 * 1024:
+            cap = 8 if tp < 4 else 80
+        if cap:
+            sizes = [size for size in sizes if size <= cap]
+            if max(sizes) < cap:
+                sizes += list(range(max(sizes), cap + 1, 16))
+        return tuple(sorted(set(sizes)))
     cap = default_cuda_graph_max_bs(gpu_memory_bytes, tp) if cuda_graph_max_bs is None else cuda_graph_max_bs
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, cap + 1, 32)]
     return tuple(size for size in sizes if size <= cap)
 
 
@@ -143,6 +195,7 @@ class SGLangDefaultScheduler:
     decode_budget: bool = False  # the decode batch's tokens count against the step's token budget (vLLM)
     reserve_new_tokens: bool = True  # admission reserves room for answers (SGLang); vLLM allocates on demand
     cuda_graph_bs: tuple[int, ...] = ()  # captured decode batch sizes (ascending); empty: no padding
+    scheduler_recv_interval: int = 1  # --scheduler-recv-interval: new requests are received every N decode iterations
     waiting: deque[_Request] = field(default_factory=deque)
     running: dict[int, _Request] = field(default_factory=dict)
     chunked: _Request | None = None
@@ -313,6 +366,7 @@ def replay_closed_loop(
     range_ratio: float = 1.0,
     seed: int = 0,
     cuda_graph_bs: tuple[int, ...] = (),
+    scheduler_recv_interval: int = 1,
 ) -> ReplayResult:
     """Replay ``concurrency`` closed-loop clients sending ``rounds × concurrency`` requests on one worker.
 
@@ -320,7 +374,13 @@ def replay_closed_loop(
     ``isl`` / ``osl``), seeded by ``seed``. The first ``concurrency`` requests arrive together at time 0 (the
     harness's warm-up requests have finished before its measured run starts). ``cuda_graph_bs``: the decode batch
     sizes the server captured as CUDA graphs (:func:`sglang_cuda_graph_batch_sizes`); a decode step runs padded to
-    the next one (none: the batch as it is).
+    the next one (none: the batch as it is). ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval``
+    (``SchedulerRecvSkipper``, ``managers/scheduler_recv_skipper.py`` in 0.5.6.post2, 0.5.9 and 0.5.10.post1): the
+    scheduler reads new requests from its socket only when a counter reaches it; every iteration adds
+    :data:`RECV_SKIPPER_WEIGHT_DECODE` after a decode batch or an idle loop and :data:`RECV_SKIPPER_WEIGHT_DEFAULT`
+    after a prefill, so a request a client sends while the server decodes waits for up to that many decode steps
+    before it can be prefilled (its TTFT counts the wait); an idle server spins through the count at once. 1 (the
+    default): every iteration receives.
 
     Raises:
         ReplayError: sizes that are not positive, or one request's prompt + answer larger than the pool.
@@ -335,6 +395,7 @@ def replay_closed_loop(
         max_running_requests=max_running_requests,
         mixed_chunk=mixed_chunk,
         cuda_graph_bs=tuple(sorted(cuda_graph_bs)),
+        scheduler_recv_interval=scheduler_recv_interval,
     )
     total = rounds * concurrency
     rng = np.random.RandomState(seed)
@@ -398,6 +459,9 @@ def _drive(
                 f"one request ({isl}+{osl} tokens) does not fit the KV pool of {sched.pool_tokens} tokens"
             )
     pending = deque(arrivals)
+    inbox: deque[_Request] = deque()  # sent by a client, not yet received by the scheduler (recv interval > 1)
+    recv_counter = 0
+    recv_weight = 0  # the SchedulerRecvSkipper weight of the last forward, not yet counted
     per_request: list[tuple[float, float, float]] = [(math.nan, math.nan, math.nan)] * total
     sent = done = timed = prefill_steps = decode_steps = max_used = 0
     now = ttft_sum = tpot_sum = e2e_sum = 0.0
@@ -418,6 +482,14 @@ def _drive(
     while done < total:
         if not closed_loop:
             admit_arrivals()
+        if sched.scheduler_recv_interval > 1:
+            recv_counter += recv_weight
+            recv_weight = 0
+            idle = not sched.running and not sched.waiting and sched.chunked is None
+            if recv_counter >= sched.scheduler_recv_interval or (idle and inbox):
+                recv_counter = 0  # an idle loop spins through the count in no time
+                sched.waiting.extend(inbox)
+                inbox.clear()
         if sched.decode_budget:
             # vLLM: the running requests are scheduled first (their KV slot, their token of the budget)
             if sched.retract():
@@ -443,6 +515,7 @@ def _drive(
             else:
                 now += steps.prefill_s(new, len(batch), cached)
             prefill_steps += 1
+            recv_weight = RECV_SKIPPER_WEIGHT_DEFAULT
             for req, take, _ in batch:
                 req.prefilled += take
                 if req.prefilled < req.target:
@@ -462,6 +535,7 @@ def _drive(
             now += steps.decode_s(sched.graph_batch(len(sched.running)), sched.mean_context())
             sched.decode_step()
             decode_steps += 1
+            recv_weight = RECV_SKIPPER_WEIGHT_DECODE
         max_used = max(max_used, sched.used_tokens)
         for req in sched.finished():
             ttft = req.first_token_s - req.arrival_s
@@ -476,7 +550,7 @@ def _drive(
             done += 1
             if closed_loop and pending:
                 _, isl, osl = pending.popleft()
-                sched.waiting.append(_Request(sent, now, isl, osl))
+                (inbox if sched.scheduler_recv_interval > 1 else sched.waiting).append(_Request(sent, now, isl, osl))
                 sent += 1
     return ReplayResult(
         ttft_s=ttft_sum / total,
@@ -927,4 +1001,5 @@ __all__ = [
     "replay_open_loop",
     "sglang_chunked_prefill_size",
     "sglang_cuda_graph_batch_sizes",
+    "sglang_release",
 ]
