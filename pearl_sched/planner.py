@@ -28,7 +28,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import NamedTuple
 
@@ -196,8 +196,10 @@ class _SolveContext:
         # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
         # those answer infeasible variants slowly, and the descent tries fewer.
         lanes = ranker.lane_scorer(problem)
-        for variant in (problem, *_size_variants(problem)):
-            if ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+        for variant in (problem, *_size_variants(problem, ranker.restricted)):
+            # The whole problem's bound is never above a score in hand (every candidate so far is one of its
+            # configurations), so it is not worked out; a size combination's may be.
+            if variant is not problem and ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
                 continue
             swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes)
             if swept is not None:
@@ -292,6 +294,7 @@ class _PredictRanker:
         self.workload = workload
         self._makespans: dict[_CapacityKey, float] = {}
         self._totals = _vectorised_totals(model)
+        self.restricted: _Restricted = {}  # the size variants' classes, made once per call (_size_variants)
 
     def lane_scorer(self, problem: ClassProblem) -> _LaneScorer | None:
         """:meth:`score`'s objective for many candidates of ``problem`` at once, or None without a vectorised model.
@@ -413,35 +416,73 @@ def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Coun
             yield (*counts[:k], (moved[0], moved[1], moved[2]), *counts[k + 1 :])
 
 
-def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
+_Restricted = dict[tuple[object, ...], tuple[SlotClass, SlotClass]]
+"""(id of a class, a mode, one size per role of the mode) and (id of a class, an eligibility) → (that class, it
+restricted to them): :func:`_size_variants`."""
+
+_SLOT_FIELDS = tuple(f.name for f in fields(SlotClass))
+
+
+def _with_eligible(cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
+    """``dataclasses.replace(cls, eligible=eligible)``, field for field, without the dataclass's checked __init__.
+
+    The size variants make hundreds of these per plan() call; ``replace`` goes through ``__init__`` and its frozen
+    ``object.__setattr__`` per field, several times this copy's cost. Only the fields are copied (cached properties
+    are worked out again on the copy).
+    """
+    made = object.__new__(SlotClass)
+    values = vars(cls)
+    vars(made).update({name: values[name] for name in _SLOT_FIELDS})
+    object.__setattr__(made, "eligible", eligible)
+    return made
+
+
+def _size_variants(problem: ClassProblem, restricted: _Restricted | None = None) -> list[ClassProblem]:
     """With worker sizes, per mode and combination of one size per serving role, the problem restricted to it.
 
     PEARL's ratio sweep fills roles by its minimal-change order across sizes; run on each variant it sweeps the
     ratio at that combination of sizes. Classes outside every pool (overlap GPUs) keep their roles.
+
+    ``restricted`` memoises each pooled class at each combination; the ranker passes one dict for a whole plan()
+    call, so the classes the solves of the call share (a gate widens a problem by replacing some of its classes
+    only) are restricted once. An entry holds its class, so the id it is keyed by stays that class's.
     """
     if not problem.pools:
         return []
     variants = []
-    restricted: dict[tuple[int, frozenset[Role]], SlotClass] = {}  # each class at each eligibility, made once
-
-    def restrict(k: int, cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
-        if eligible == cls.eligible:
-            return cls
-        made = restricted.get((k, eligible))
-        if made is None:
-            made = restricted[k, eligible] = replace(cls, eligible=eligible)
-        return made
+    restricted = {} if restricted is None else restricted
 
     for mode in problem.modes:
         roles = MODE_ROLES[mode]
         options = [sorted({c.tp for c in problem.classes if c.pool is not None and r in c.eligible}) for r in roles]
         for sizes in itertools.product(*options):
             chosen = dict(zip(roles, sizes, strict=True))
-            classes = [
-                c if c.pool is None else restrict(k, c, frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
-                for k, c in enumerate(problem.classes)
-            ]
-            variants.append(replace(problem.with_classes(classes), modes=(mode,)))
+            classes = []
+            for c in problem.classes:
+                if c.pool is not None:
+                    entry = restricted.get((id(c), mode, sizes))
+                    if entry is None:
+                        eligible = frozenset(r for r in c.eligible if chosen.get(r) == c.tp)
+                        entry = restricted.get((id(c), eligible))
+                        if entry is None:
+                            made = c if eligible == c.eligible else _with_eligible(c, eligible)
+                            entry = restricted[id(c), eligible] = (c, made)
+                        restricted[id(c), mode, sizes] = entry
+                    c = entry[1]
+                classes.append(c)
+            variants.append(
+                ClassProblem(
+                    tuple(classes),
+                    problem.terms,
+                    problem.unfinished_fraction,
+                    problem.max_gpus,
+                    problem.kv_required_bytes,
+                    problem.min_prefill_tokens_per_s,
+                    problem.admission_pause_s,
+                    (mode,),
+                    problem.pools,
+                )
+            )
     return variants
 
 

@@ -136,14 +136,19 @@ class ClassProblem:
 
     @functools.cached_property
     def node_block_rows(self) -> tuple[tuple[str, int, int, tuple[int, ...]], ...]:
-        """Per pool and block size, in the pools' order: (pool key, block, limit B_ps, the classes it counts)."""
+        """Per pool and block size, in the pools' order: (pool key, block, limit B_ps, the classes it counts).
+
+        The classes are gathered by pool in one pass (a problem is made per solve, per mode and per size
+        combination, so this runs often); each row's classes stay in class order.
+        """
+        if not self.pools:
+            return ()
+        members: dict[str, list[tuple[int, int]]] = {pool.key: [] for pool in self.pools}
+        for k, c in enumerate(self.classes):
+            if c.pool is not None and c.pool in members:
+                members[c.pool].append((k, c.tp))
         return tuple(
-            (
-                pool.key,
-                block,
-                limit,
-                tuple(k for k, c in enumerate(self.classes) if c.pool == pool.key and c.tp >= block),
-            )
+            (pool.key, block, limit, tuple(k for k, tp in members[pool.key] if tp >= block))
             for pool in self.pools
             for block, limit in pool.block_gpus.items()
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -224,47 +225,107 @@ def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tup
         return np.zeros(lanes, dtype=bool), np.zeros((3, lanes)), np.zeros(lanes)
     memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
     prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
-    ok = np.ones(lanes, dtype=bool)
-    totals = np.zeros((3, lanes), dtype=np.int64)
-    cap = np.zeros((3, lanes))
-    gpus = np.zeros(lanes, dtype=np.int64)
-    kv, prefill_rate, transition_s = np.zeros(lanes), np.zeros(lanes), np.zeros(lanes)
-    starts = np.zeros(lanes, dtype=bool)
-    with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
-        for k, cls in enumerate(problem.classes):
-            n = counts[k]
-            if cls.size and not cls.fixed and not n.any() and math.isfinite(cls.kv_bytes + cls.prefill_tokens_per_s):
-                transition_s += cls.cost[None] * cls.size  # a class off in every lane adds only this (and zeros)
-                continue
-            used = n[0] + n[1] + n[2]
-            ok &= ~((used > cls.size) | (n.min(axis=0) < 0))
-            for i, role in enumerate(ROLES):
-                has = n[i] != 0
-                if not has.any():
-                    continue
-                if role not in cls.eligible:
-                    ok &= ~has
-                    continue
-                totals[i] += n[i]
-                transition_s += np.where(has, cls.cost[role], 0.0) * n[i]
-                cap[i] += np.where(has, cls.weight.get(role, 0.0), 0.0) * n[i]
-            if cls.fixed and cls.current_role is not None:
-                ok &= n[ROLES.index(cls.current_role)] == cls.size
-            kv += cls.kv_bytes * n[memory]
-            prefill_rate += cls.prefill_tokens_per_s * n[prefill]
-            transition_s += cls.cost[None] * (cls.size - used)
-            gpus += cls.tp * used
-            if cls.pauses_admission:
-                starts |= used > 0
+    data = _lane_data(problem)
+    # Classes off in every lane add only their cost of being off (evaluate's other terms are zeros there); the
+    # checks and sums below run over the others, every class at once.
+    live = np.flatnonzero(counts.any(axis=(1, 2)) | data.always)
+    n = counts[live]  # (live class, role, lane)
+    used = n.sum(axis=1)  # (live class, lane)
+    has = n != 0
+    eligible = data.eligible[live][:, :, None]
+    size = data.size[live]
+    # Integer checks and sums: exact in any order.
+    ok = ~((used > size[:, None]).any(axis=0) | (n.min(axis=1) < 0).any(axis=0))
+    ok &= ~(has & ~eligible).any(axis=(0, 1))  # a role the class may not take
+    for k, i in data.fixed:
+        ok &= counts[k, i] == data.size[k]
+    served = has & eligible
+    totals = np.where(served, n, 0).sum(axis=0)  # (role, lane)
+    tp = data.tp[live]
+    gpus = (used * tp[:, None]).sum(axis=0)
+    starts = (used[data.pauses[live]] > 0).any(axis=0)
     ok &= ~(gpus > problem.max_gpus)
-    for _, _, limit, members in problem.node_block_rows if problem.pools else ():
-        used_gpus = sum((problem.classes[k].tp * counts[k].sum(axis=0) for k in members), np.zeros(lanes, np.int64))
-        ok &= ~(used_gpus > limit)
+    if problem.pools:
+        gpus_by_class = np.zeros((len(problem.classes), lanes), dtype=np.int64)
+        gpus_by_class[live] = used * tp[:, None]
+        for _, _, limit, members in problem.node_block_rows:
+            if members:
+                ok &= ~(gpus_by_class[list(members)].sum(axis=0) > limit)
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
+    # Float sums in class order, as evaluate adds them (_sum_rows adds row after row; a 0.0 where evaluate adds
+    # nothing leaves a sum as it is: a sum that starts at 0.0 never becomes -0.0).
+    with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
+        cap = _sum_rows(np.where(served, data.weight[live][:, :, None], 0.0) * n, lanes)
+        kv = _sum_rows(data.kv_bytes[live][:, None] * n[:, memory], lanes)
+        prefill_rate = _sum_rows(data.prefill_rate[live][:, None] * n[:, prefill], lanes)
+        # Each class's role terms then its cost of being off; a class off in every lane has the latter only.
+        is_live = np.zeros(len(problem.classes), dtype=bool)
+        is_live[live] = True
+        first = np.concatenate(([0], np.cumsum(np.where(is_live, 4, 1))))  # each class's first row
+        rows = np.empty((first[-1], lanes))
+        rows[first[:-1][~is_live]] = data.off_cost_all[~is_live][:, None]
+        at = first[live]
+        for i in range(3):
+            rows[at + i] = np.where(served[:, i], data.cost[live, i][:, None], 0.0) * n[:, i]
+        rows[at + 3] = data.off_cost[live][:, None] * (size[:, None] - used)
+        transition_s = _sum_rows(rows, lanes)
     ok &= ~((kv < problem.kv_required_bytes) | (prefill_rate < problem.min_prefill_tokens_per_s))  # as evaluate
     return ok, cap, np.where(starts, transition_s + problem.admission_pause_s, transition_s)
+
+
+def _sum_rows(rows: np.ndarray, lanes: int) -> np.ndarray:
+    """The sum over the first axis, from zeros and row after row in order, as evaluate's running sums add."""
+    total = np.zeros(rows.shape[1:] if rows.ndim > 1 else lanes)
+    for row in rows:
+        total += row
+    return total
+
+
+class _LaneData(NamedTuple):
+    """A problem's classes as arrays, for :func:`evaluate_lanes` (class order; roles in ROLES order)."""
+
+    size: np.ndarray  # (class,) int
+    tp: np.ndarray  # (class,) int
+    eligible: np.ndarray  # (class, role) bool
+    weight: np.ndarray  # (class, role) float, 0 where none
+    cost: np.ndarray  # (class, role) float, 0 where the class may not take the role
+    off_cost: np.ndarray  # (class,) float: cost[None]
+    off_cost_all: np.ndarray  # (class,) float: cost[None]·size, a class's cost when off in every lane
+    always: np.ndarray  # (class,) bool: fixed, or KV or prefill rate not finite (evaluated even when off)
+    kv_bytes: np.ndarray  # (class,) float
+    prefill_rate: np.ndarray  # (class,) float
+    pauses: np.ndarray  # (class,) bool
+    fixed: tuple[tuple[int, int], ...]  # (class, role index) of each fixed class with a current role
+
+
+def _lane_data(problem: ClassProblem) -> _LaneData:
+    """:class:`_LaneData` of ``problem``, made once per problem (a sweep and a descent evaluate it many times)."""
+    made: _LaneData | None = problem.__dict__.get("_lane_data")
+    if made is not None:
+        return made
+    classes = problem.classes
+    made = _LaneData(
+        size=np.array([c.size for c in classes], dtype=np.int64),
+        tp=np.array([c.tp for c in classes], dtype=np.int64),
+        eligible=np.array([[r in c.eligible for r in ROLES] for c in classes], dtype=bool).reshape(-1, 3),
+        weight=np.array([[c.weight.get(r, 0.0) for r in ROLES] for c in classes], dtype=float).reshape(-1, 3),
+        cost=np.array([[c.cost[r] if r in c.eligible else 0.0 for r in ROLES] for c in classes]).reshape(-1, 3),
+        off_cost=np.array([c.cost[None] for c in classes], dtype=float),
+        off_cost_all=np.array([c.cost[None] * c.size for c in classes], dtype=float),
+        always=np.array(
+            [c.fixed or not math.isfinite(c.kv_bytes + c.prefill_tokens_per_s) for c in classes], dtype=bool
+        ),
+        kv_bytes=np.array([c.kv_bytes for c in classes], dtype=float),
+        prefill_rate=np.array([c.prefill_tokens_per_s for c in classes], dtype=float),
+        pauses=np.array([c.pauses_admission for c in classes], dtype=bool),
+        fixed=tuple(
+            (k, _ROLE_INDEX[c.current_role]) for k, c in enumerate(classes) if c.fixed and c.current_role is not None
+        ),
+    )
+    object.__setattr__(problem, "_lane_data", made)  # ClassProblem is frozen; this is a cache, not a field
+    return made
 
 
 _LANES_FROM = 48
