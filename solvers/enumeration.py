@@ -182,6 +182,8 @@ def _assign_lanes(problem: ClassProblem, remaining: dict[Role, np.ndarray]) -> t
         for k in order[role]:
             cls = classes[k]
             want = np.maximum(remaining[role], 0)
+            if not want.any():  # every lane has its workers of this role: the rest would take none (assign stops)
+                break
             got = np.minimum(np.minimum(free[k], want), np.minimum(gpus_left // cls.tp, room(cls)))
             take(k, cls, i, got)
             remaining[role] -= got
@@ -241,16 +243,17 @@ def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tup
         ok &= counts[k, i] == data.size[k]
     served = has & eligible
     totals = np.where(served, n, 0).sum(axis=0)  # (role, lane)
-    tp = data.tp[live]
-    gpus = (used * tp[:, None]).sum(axis=0)
+    gpus_by_class = used * data.tp[live][:, None]
+    ok &= ~(gpus_by_class.sum(axis=0) > problem.max_gpus)
     starts = (used[data.pauses[live]] > 0).any(axis=0)
-    ok &= ~(gpus > problem.max_gpus)
     if problem.pools:
-        gpus_by_class = np.zeros((len(problem.classes), lanes), dtype=np.int64)
-        gpus_by_class[live] = used * tp[:, None]
+        at = np.full(len(problem.classes), -1)
+        at[live] = np.arange(len(live))
         for _, _, limit, members in problem.node_block_rows:
-            if members:
-                ok &= ~(gpus_by_class[list(members)].sum(axis=0) > limit)
+            rows = at[list(members)] if members else at[:0]
+            rows = rows[rows >= 0]  # the row's classes not off in every lane
+            if len(rows):
+                ok &= ~(gpus_by_class[rows].sum(axis=0) > limit)
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
