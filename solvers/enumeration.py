@@ -242,25 +242,25 @@ def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tup
     for k, i in data.fixed:
         ok &= counts[k, i] == data.size[k]
     served = has & eligible
-    totals = np.where(served, n, 0).sum(axis=0)  # (role, lane)
+    totals = n.sum(axis=0)  # (role, lane); a lane with a role its class may not take is refused above
     gpus_by_class = used * data.tp[live][:, None]
     ok &= ~(gpus_by_class.sum(axis=0) > problem.max_gpus)
     starts = (used[data.pauses[live]] > 0).any(axis=0)
     if problem.pools:
-        at = np.full(len(problem.classes), -1)
-        at[live] = np.arange(len(live))
+        position = np.full(len(problem.classes), -1)  # a class's index among the live ones
+        position[live] = np.arange(len(live))
         for _, _, limit, members in problem.node_block_rows:
-            rows = at[list(members)] if members else at[:0]
-            rows = rows[rows >= 0]  # the row's classes not off in every lane
-            if len(rows):
-                ok &= ~(gpus_by_class[rows].sum(axis=0) > limit)
+            counted = position[list(members)] if members else position[:0]
+            counted = counted[counted >= 0]  # the row's classes not off in every lane
+            if len(counted):
+                ok &= ~(gpus_by_class[counted].sum(axis=0) > limit)
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
     # Float sums in class order, as evaluate adds them (_sum_rows adds row after row; a 0.0 where evaluate adds
     # nothing leaves a sum as it is: a sum that starts at 0.0 never becomes -0.0).
     with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
-        cap = _sum_rows(np.where(served, data.weight[live][:, :, None], 0.0) * n, lanes)
+        cap = _sum_rows(data.weight[live][:, :, None] * n, lanes)  # w·0 = 0.0 where evaluate adds nothing
         kv = _sum_rows(data.kv_bytes[live][:, None] * n[:, memory], lanes)
         prefill_rate = _sum_rows(data.prefill_rate[live][:, None] * n[:, prefill], lanes)
         # Each class's role terms then its cost of being off; a class off in every lane has the latter only.
@@ -292,7 +292,7 @@ class _LaneData(NamedTuple):
     size: np.ndarray  # (class,) int
     tp: np.ndarray  # (class,) int
     eligible: np.ndarray  # (class, role) bool
-    weight: np.ndarray  # (class, role) float, 0 where none
+    weight: np.ndarray  # (class, role) float, 0 where the class may not take the role (finite: never inf·0)
     cost: np.ndarray  # (class, role) float, 0 where the class may not take the role
     off_cost: np.ndarray  # (class,) float: cost[None]
     off_cost_all: np.ndarray  # (class,) float: cost[None]·size, a class's cost when off in every lane
@@ -301,6 +301,11 @@ class _LaneData(NamedTuple):
     prefill_rate: np.ndarray  # (class,) float
     pauses: np.ndarray  # (class,) bool
     fixed: tuple[tuple[int, int], ...]  # (class, role index) of each fixed class with a current role
+
+
+def _per_role(classes: Sequence[SlotClass], value: Callable[[SlotClass, Role], float]) -> np.ndarray:
+    """A (class, role) float array of ``value`` where the class may take the role, 0.0 elsewhere."""
+    return np.array([[value(c, r) if r in c.eligible else 0.0 for r in ROLES] for c in classes], float).reshape(-1, 3)
 
 
 def _lane_data(problem: ClassProblem) -> _LaneData:
@@ -313,8 +318,8 @@ def _lane_data(problem: ClassProblem) -> _LaneData:
         size=np.array([c.size for c in classes], dtype=np.int64),
         tp=np.array([c.tp for c in classes], dtype=np.int64),
         eligible=np.array([[r in c.eligible for r in ROLES] for c in classes], dtype=bool).reshape(-1, 3),
-        weight=np.array([[c.weight.get(r, 0.0) for r in ROLES] for c in classes], dtype=float).reshape(-1, 3),
-        cost=np.array([[c.cost[r] if r in c.eligible else 0.0 for r in ROLES] for c in classes]).reshape(-1, 3),
+        weight=_per_role(classes, lambda c, r: c.weight.get(r, 0.0)),
+        cost=_per_role(classes, lambda c, r: c.cost[r]),
         off_cost=np.array([c.cost[None] for c in classes], dtype=float),
         off_cost_all=np.array([c.cost[None] * c.size for c in classes], dtype=float),
         always=np.array(
