@@ -57,6 +57,7 @@ from pearl_sched.solvers import (
     evaluate_lanes,
     get_backend,
     predict_bound_s,
+    predict_lane_filter,
     ratio_sweep,
     solve_class_problem,
 )
@@ -201,7 +202,10 @@ class _SolveContext:
             # configurations), so it is not worked out; a size combination's may be.
             if variant is not problem and ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
                 continue
-            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes)
+            # Splits whose proven bound is above the score in hand are not assigned (the same answer wherever it
+            # can matter, ratio_sweep); the whole problem's sweep too.
+            keep = ranker.lane_filter(variant, cutoff_s)
+            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes, keep=keep)
             if swept is not None:
                 scored.append(ranker.score(problem, swept))
                 cutoff_s = min(cutoff_s, scored[-1].objective_s)
@@ -329,6 +333,18 @@ class _PredictRanker:
             return -math.inf
         workload = self.workload
         return predict_bound_s(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c))
+
+    def lane_filter(self, problem: ClassProblem, cutoff_s: float) -> Callable[[Mode, np.ndarray], np.ndarray] | None:
+        """``ratio_sweep``'s ``keep`` for a sweep of ``problem`` under a score ``cutoff_s`` in hand, or None.
+
+        :func:`~pearl_sched.solvers.predict_lane_filter` with this ranker's vectorised ``predict``; None (every
+        split assigned) for a model without ``predict_totals_s``.
+        """
+        totals = self._totals
+        if totals is None:
+            return None
+        workload = self.workload
+        return predict_lane_filter(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c), cutoff_s)
 
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""

@@ -347,6 +347,12 @@ LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
 float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
 
 
+LaneFilter = Callable[[Mode, np.ndarray], np.ndarray]
+"""Which candidates of one mode a sweep still scores, given their target counts (a (role, lane) array in
+:data:`~pearl_sched.problem.ROLES` order): a mask over the lanes. The caller's promise: a candidate it drops scores
+above the best it already holds by more than the sweep's tie tolerance can bridge (see :func:`ratio_sweep`)."""
+
+
 _LANES_SCORED_FROM = 24
 """Usable workers from which :func:`ratio_sweep` with ``rescore_lanes`` runs in lanes: below, the scalar sweep is as
 fast or faster (bench/plan_latency.py's mixed-size states: the same at 14-31 workers, 3× faster at 4-11)."""
@@ -356,6 +362,7 @@ def ratio_sweep(
     problem: ClassProblem,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
     rescore_lanes: LaneScorer | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
     """``enumerate_configurations(problem, window=<every split>, rescore=rescore)``, its assignments made at once.
 
@@ -365,8 +372,15 @@ def ratio_sweep(
     with ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
     :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
     built and rescored as a solution.
+
+    ``keep`` (the planner's ranking, docs/formulation.md) drops candidates before they are assigned: those whose
+    proven lower bound is above a score the caller already holds, with a margin of 1e-12 per candidate on top of
+    its own tolerance. The best of the rest is then the sweep's best wherever that best is at or below the
+    caller's score (the winner keeps a candidate only when it beats the one held by more than 1e-12, and a
+    dropped candidate can hold the lead only among scores within that margin of the bound, all above the
+    caller's); where it is above, the answer may be another candidate above it, or None.
     """
-    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes)
+    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes, keep)
 
 
 def _sweep(
@@ -374,12 +388,17 @@ def _sweep(
     n: int,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
     rescore_lanes: LaneScorer | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
-    """``_best_of(problem, n, None, rescore)``: :func:`ratio_sweep`'s search with ``n`` workers."""
+    """``_best_of(problem, n, None, rescore, keep)``: :func:`ratio_sweep`'s search with ``n`` workers."""
     lanes_scored = rescore is not None and rescore_lanes is not None and n >= _LANES_SCORED_FROM
     if n < _LANES_FROM and not lanes_scored:
-        return _best_of(problem, n, None, rescore)
+        return _best_of(problem, n, None, rescore, keep)
     modes, remaining = _candidate_lanes(problem, n)
+    if keep is not None and modes:
+        kept = _kept(keep, modes, np.array([remaining[role] for role in ROLES], dtype=np.int64))
+        modes = [m for m, k in zip(modes, kept.tolist(), strict=True) if k]
+        remaining = {role: targets[kept] for role, targets in remaining.items()}
     if not modes:
         return None
     counts, done = _assign_lanes(problem, remaining)
@@ -418,6 +437,16 @@ def _sweep(
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
+
+
+def _kept(keep: LaneFilter, modes: Sequence[Mode], targets: np.ndarray) -> np.ndarray:
+    """``keep``'s mask over candidates of either mode (``targets``: their (role, candidate) counts)."""
+    kept = np.ones(len(modes), dtype=bool)
+    for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
+        lanes = np.flatnonzero(np.array([m is mode for m in modes], dtype=bool))
+        if lanes.size:
+            kept[lanes] = keep(mode, targets[:, lanes])
+    return kept
 
 
 def _candidate_lanes(problem: ClassProblem, n: int) -> tuple[list[Mode], dict[Role, np.ndarray]]:
@@ -482,10 +511,15 @@ def _best_of(
     n: int,
     window: int | None,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
-    """The best candidate using ``n`` workers."""
+    """The best candidate using ``n`` workers (of those ``keep`` keeps, :func:`ratio_sweep`)."""
     best: ClassSolution | None = None
     candidates = _candidates(problem, n, window)
+    if keep is not None and candidates:
+        wanted = np.array([[t.get(role, 0) for _, t in candidates] for role in ROLES], dtype=np.int64)
+        kept = _kept(keep, [mode for mode, _ in candidates], wanted)
+        candidates = [c for c, k in zip(candidates, kept.tolist(), strict=True) if k]
     order = _fill_order(problem)
     for mode, targets in candidates:
         counts = assign(problem, targets, order)

@@ -528,6 +528,66 @@ def predict_bound_s(
     return min(bounds, default=math.inf)
 
 
+def predict_lane_filter(
+    problem: ClassProblem,
+    totals: Callable[[Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    cutoff_s: float,
+) -> Callable[[Mode, np.ndarray], np.ndarray]:
+    """``ratio_sweep``'s ``keep`` for the ranking by predict: drop the candidates that cannot score ``cutoff_s``.
+
+    A candidate of a sweep targets counts of workers per role (a (role, candidate) array); one that meets them
+    has at most the capacity of that many of the role's heaviest workers (classes by weight, each up to its
+    size: :func:`_most_capacity`) and at most :func:`max_capacity`, so ``totals`` there (never rising with
+    capacity, as in :func:`predict_bound_s`), times ρ, plus :func:`cheapest_transition_s` of its mode, is at most
+    its score ρ·predict + transition cost (float rounding of the capacities is within the tolerance below).
+    A candidate is dropped when that bound is above ``cutoff_s`` by more than the planner's tolerance
+    (1e-9, relative) plus 1e-12 for each configuration the sweep could try (the margin ``ratio_sweep`` needs for
+    its answer to stay the same). Nothing is dropped in a mode no configuration can serve, or where a role has
+    no capacity to give (``predict`` refuses such candidates rather than rank them).
+    """
+    fraction = problem.unfinished_fraction
+    sized = [c for c in problem.classes if c.size]
+    most = {r: _most_capacity(sized, r) for r in ROLES}  # (workers, capacity) at each class's end, best first
+    top = {r: max_capacity(problem, r) for r in ROLES}
+    cheapest = {mode: cheapest_transition_s(problem, mode) for mode in problem.modes}
+    margin = 1e-9 * max(1.0, abs(cutoff_s)) + 1e-12 * (sum(c.size for c in sized) + 2)
+
+    def keep(mode: Mode, targets: np.ndarray) -> np.ndarray:
+        lanes = targets.shape[1]
+        least = cheapest.get(mode, math.inf)
+        roles = MODE_ROLES[mode]
+        if math.isinf(least) or any(not len(most[r][0]) or top[r] <= 0 for r in roles):
+            return np.ones(lanes, dtype=bool)
+        capacities = [
+            np.minimum(np.interp(targets[i], *most[r]), top[r]) if len(most[r][0]) else np.zeros(lanes)
+            for i, r in enumerate(ROLES)
+        ]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = fraction * totals(mode, *capacities) + least
+        kept: np.ndarray = ~(bound > cutoff_s + margin)  # a NaN bound keeps its candidate
+        return kept
+
+    return keep
+
+
+def _most_capacity(classes: Sequence[SlotClass], role: Role) -> tuple[np.ndarray, np.ndarray]:
+    """The most capacity ``k`` workers of ``role`` can give, as breakpoints for ``np.interp``.
+
+    Classes that may take the role, heaviest worker first, each up to its size: at ``workers[j]`` workers the
+    capacity is ``capacity[j]``, linear in between (the j-th class's weight per worker), flat after the last.
+    Empty when no class has capacity to give.
+    """
+    stretches = sorted(
+        ((c.weight.get(role, 0.0), c.size) for c in classes if role in c.eligible and c.weight.get(role, 0.0) > 0),
+        reverse=True,
+    )
+    if not stretches:
+        return np.zeros(0), np.zeros(0)
+    workers = np.concatenate(([0.0], np.cumsum([float(n) for _, n in stretches])))
+    capacity = np.concatenate(([0.0], np.cumsum([w * n for w, n in stretches])))
+    return workers, capacity
+
+
 _PIECES = 4
 """Pieces each class's stretch of a role's cost curve is cut into by :func:`predict_bound_s`: more is
 tighter and costs more lanes (each a point ``predict_totals_s`` is asked at)."""
