@@ -370,20 +370,20 @@ class _PredictRanker:
         lanes = self.lane_scorer(problem)
         for _ in range(_DESCENT_STEPS):
             step = current
-            neighbours = list(_neighbours(problem, current))
-            objectives = self._lane_objectives(problem, current.mode, neighbours, lanes) if neighbours else None
+            moves = _moves(problem, current)
+            objectives = self._lane_objectives(problem, current, moves, lanes) if moves else None
             if objectives is not None:  # the loop below, on the objectives alone: the first of the best wins
                 winner, best_s = -1, step.objective_s
                 for j, objective_s in objectives:
                     if objective_s < best_s - 1e-12:
                         winner, best_s = j, objective_s
                 if winner >= 0:
-                    solution = evaluate(problem, current.mode, neighbours[winner])
+                    solution = evaluate(problem, current.mode, _moved(current.counts, *moves[winner]))
                     assert solution is not None  # evaluate_lanes found it feasible, and the two agree
                     step = self.score(problem, solution)
             else:
-                for counts in neighbours:
-                    candidate = evaluate(problem, current.mode, counts)
+                for move in moves:
+                    candidate = evaluate(problem, current.mode, _moved(current.counts, *move))
                     if candidate is None:
                         continue
                     candidate = self.score(problem, candidate)
@@ -396,29 +396,38 @@ class _PredictRanker:
 
     @staticmethod
     def _lane_objectives(
-        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: _LaneScorer | None
+        problem: ClassProblem, current: ClassSolution, moves: list[_Move], lanes: _LaneScorer | None
     ) -> list[tuple[int, float]] | None:
-        """The feasible ones of ``configurations`` (by index) and their objectives, scored in lanes; None without."""
+        """The feasible ones of the configurations ``moves`` lead to (by index) and their objectives; None without.
+
+        Scored in lanes: the (class, role, lane) counts are ``current``'s with each lane's move, made in numpy.
+        """
         if lanes is None:
             return None
-        counts = np.array(configurations, dtype=np.int64).transpose(1, 2, 0)  # (class, role, lane)
-        ok, capacities, transition_s = evaluate_lanes(problem, mode, counts)
+        counts = np.repeat(np.array(current.counts, dtype=np.int64)[:, :, None], len(moves), axis=2)
+        classes = np.array([k for k, _ in moves])
+        counts[classes, :, np.arange(len(moves))] = np.array([n for _, n in moves], dtype=np.int64)
+        ok, capacities, transition_s = evaluate_lanes(problem, current.mode, counts)
         if not ok.any():
             return []
-        objectives = lanes(mode, capacities[:, ok], transition_s[ok])
+        objectives = lanes(current.mode, capacities[:, ok], transition_s[ok])
         if objectives is None:
             return None
         return list(zip(np.flatnonzero(ok).tolist(), objectives.tolist(), strict=True))
 
 
-def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Counts]:
-    """The configurations one worker away in ``solution``'s mode: one more, one fewer, or one re-roled."""
+_Move = tuple[int, tuple[int, int, int]]
+"""A one-worker move: a class and its counts after the move."""
+
+
+def _moves(problem: ClassProblem, solution: ClassSolution) -> list[_Move]:
+    """The moves to the configurations one worker away in ``solution``'s mode: one more, one fewer, or one re-roled."""
     active = [i for i, role in enumerate(ROLES) if role in MODE_ROLES[solution.mode]]
-    counts = solution.counts
+    found: list[_Move] = []
     for k, cls in enumerate(problem.classes):
         if cls.fixed:
             continue
-        n = counts[k]
+        n = solution.counts[k]
         roles = [i for i in active if ROLES[i] in cls.eligible]
         moves: list[dict[int, int]] = []  # role index → change of count
         for i in roles:
@@ -428,8 +437,13 @@ def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Coun
                 moves.append({i: -1})
                 moves += [{i: -1, j: +1} for j in roles if j != i]
         for move in moves:
-            moved = tuple(n[r] + move.get(r, 0) for r in range(3))
-            yield (*counts[:k], (moved[0], moved[1], moved[2]), *counts[k + 1 :])
+            found.append((k, (n[0] + move.get(0, 0), n[1] + move.get(1, 0), n[2] + move.get(2, 0))))
+    return found
+
+
+def _moved(counts: Counts, k: int, n: tuple[int, int, int]) -> Counts:
+    """``counts`` with class ``k``'s counts replaced by ``n``."""
+    return (*counts[:k], n, *counts[k + 1 :])
 
 
 _Restricted = dict[tuple[object, ...], tuple[SlotClass, SlotClass]]
