@@ -28,7 +28,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import NamedTuple
 
@@ -57,6 +57,7 @@ from pearl_sched.solvers import (
     evaluate_lanes,
     get_backend,
     predict_bound_s,
+    predict_lane_filter,
     ratio_sweep,
     solve_class_problem,
 )
@@ -196,10 +197,15 @@ class _SolveContext:
         # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
         # those answer infeasible variants slowly, and the descent tries fewer.
         lanes = ranker.lane_scorer(problem)
-        for variant in (problem, *_size_variants(problem)):
-            if ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
+        for variant in (problem, *_size_variants(problem, ranker.restricted)):
+            # The whole problem's bound is never above a score in hand (every candidate so far is one of its
+            # configurations), so it is not worked out; a size combination's may be.
+            if variant is not problem and ranker.bound_s(variant) > cutoff_s + 1e-9 * max(1.0, abs(cutoff_s)):
                 continue
-            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes)
+            # Splits whose proven bound is above the score in hand are not assigned (the same answer wherever it
+            # can matter, ratio_sweep); the whole problem's sweep too.
+            keep = ranker.lane_filter(variant, cutoff_s)
+            swept = ratio_sweep(variant, rescore=lambda c: ranker.score(problem, c), rescore_lanes=lanes, keep=keep)
             if swept is not None:
                 scored.append(ranker.score(problem, swept))
                 cutoff_s = min(cutoff_s, scored[-1].objective_s)
@@ -292,6 +298,7 @@ class _PredictRanker:
         self.workload = workload
         self._makespans: dict[_CapacityKey, float] = {}
         self._totals = _vectorised_totals(model)
+        self.restricted: _Restricted = {}  # the size variants' classes, made once per call (_size_variants)
 
     def lane_scorer(self, problem: ClassProblem) -> _LaneScorer | None:
         """:meth:`score`'s objective for many candidates of ``problem`` at once, or None without a vectorised model.
@@ -327,6 +334,18 @@ class _PredictRanker:
         workload = self.workload
         return predict_bound_s(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c))
 
+    def lane_filter(self, problem: ClassProblem, cutoff_s: float) -> Callable[[Mode, np.ndarray], np.ndarray] | None:
+        """``ratio_sweep``'s ``keep`` for a sweep of ``problem`` under a score ``cutoff_s`` in hand, or None.
+
+        :func:`~pearl_sched.solvers.predict_lane_filter` with this ranker's vectorised ``predict``; None (every
+        split assigned) for a model without ``predict_totals_s``.
+        """
+        totals = self._totals
+        if totals is None:
+            return None
+        workload = self.workload
+        return predict_lane_filter(problem, lambda mode, p, d, c: totals(workload, mode, p, d, c), cutoff_s)
+
     def score(self, problem: ClassProblem, solution: ClassSolution) -> ClassSolution:
         """``solution`` with ``predict``'s makespan and the objective it gives (pool times stay the surrogate's)."""
         key = _capacity_key(solution, problem)
@@ -351,20 +370,20 @@ class _PredictRanker:
         lanes = self.lane_scorer(problem)
         for _ in range(_DESCENT_STEPS):
             step = current
-            neighbours = list(_neighbours(problem, current))
-            objectives = self._lane_objectives(problem, current.mode, neighbours, lanes) if neighbours else None
+            moves = _moves(problem, current)
+            objectives = self._lane_objectives(problem, current, moves, lanes) if moves else None
             if objectives is not None:  # the loop below, on the objectives alone: the first of the best wins
                 winner, best_s = -1, step.objective_s
                 for j, objective_s in objectives:
                     if objective_s < best_s - 1e-12:
                         winner, best_s = j, objective_s
                 if winner >= 0:
-                    solution = evaluate(problem, current.mode, neighbours[winner])
+                    solution = evaluate(problem, current.mode, _moved(current.counts, *moves[winner]))
                     assert solution is not None  # evaluate_lanes found it feasible, and the two agree
                     step = self.score(problem, solution)
             else:
-                for counts in neighbours:
-                    candidate = evaluate(problem, current.mode, counts)
+                for move in moves:
+                    candidate = evaluate(problem, current.mode, _moved(current.counts, *move))
                     if candidate is None:
                         continue
                     candidate = self.score(problem, candidate)
@@ -377,29 +396,38 @@ class _PredictRanker:
 
     @staticmethod
     def _lane_objectives(
-        problem: ClassProblem, mode: Mode, configurations: list[Counts], lanes: _LaneScorer | None
+        problem: ClassProblem, current: ClassSolution, moves: list[_Move], lanes: _LaneScorer | None
     ) -> list[tuple[int, float]] | None:
-        """The feasible ones of ``configurations`` (by index) and their objectives, scored in lanes; None without."""
+        """The feasible ones of the configurations ``moves`` lead to (by index) and their objectives; None without.
+
+        Scored in lanes: the (class, role, lane) counts are ``current``'s with each lane's move, made in numpy.
+        """
         if lanes is None:
             return None
-        counts = np.array(configurations, dtype=np.int64).transpose(1, 2, 0)  # (class, role, lane)
-        ok, capacities, transition_s = evaluate_lanes(problem, mode, counts)
+        counts = np.repeat(np.array(current.counts, dtype=np.int64)[:, :, None], len(moves), axis=2)
+        classes = np.array([k for k, _ in moves])
+        counts[classes, :, np.arange(len(moves))] = np.array([n for _, n in moves], dtype=np.int64)
+        ok, capacities, transition_s = evaluate_lanes(problem, current.mode, counts)
         if not ok.any():
             return []
-        objectives = lanes(mode, capacities[:, ok], transition_s[ok])
+        objectives = lanes(current.mode, capacities[:, ok], transition_s[ok])
         if objectives is None:
             return None
         return list(zip(np.flatnonzero(ok).tolist(), objectives.tolist(), strict=True))
 
 
-def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Counts]:
-    """The configurations one worker away in ``solution``'s mode: one more, one fewer, or one re-roled."""
+_Move = tuple[int, tuple[int, int, int]]
+"""A one-worker move: a class and its counts after the move."""
+
+
+def _moves(problem: ClassProblem, solution: ClassSolution) -> list[_Move]:
+    """The moves to the configurations one worker away in ``solution``'s mode: one more, one fewer, or one re-roled."""
     active = [i for i, role in enumerate(ROLES) if role in MODE_ROLES[solution.mode]]
-    counts = solution.counts
+    found: list[_Move] = []
     for k, cls in enumerate(problem.classes):
         if cls.fixed:
             continue
-        n = counts[k]
+        n = solution.counts[k]
         roles = [i for i in active if ROLES[i] in cls.eligible]
         moves: list[dict[int, int]] = []  # role index → change of count
         for i in roles:
@@ -409,39 +437,82 @@ def _neighbours(problem: ClassProblem, solution: ClassSolution) -> Iterable[Coun
                 moves.append({i: -1})
                 moves += [{i: -1, j: +1} for j in roles if j != i]
         for move in moves:
-            moved = tuple(n[r] + move.get(r, 0) for r in range(3))
-            yield (*counts[:k], (moved[0], moved[1], moved[2]), *counts[k + 1 :])
+            found.append((k, (n[0] + move.get(0, 0), n[1] + move.get(1, 0), n[2] + move.get(2, 0))))
+    return found
 
 
-def _size_variants(problem: ClassProblem) -> list[ClassProblem]:
+def _moved(counts: Counts, k: int, n: tuple[int, int, int]) -> Counts:
+    """``counts`` with class ``k``'s counts replaced by ``n``."""
+    return (*counts[:k], n, *counts[k + 1 :])
+
+
+_Restricted = dict[tuple[object, ...], tuple[SlotClass, SlotClass]]
+"""(id of a class, a mode, one size per role of the mode) and (id of a class, an eligibility) → (that class, it
+restricted to them): :func:`_size_variants`."""
+
+_SLOT_FIELDS = tuple(f.name for f in fields(SlotClass))
+
+
+def _with_eligible(cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
+    """``dataclasses.replace(cls, eligible=eligible)``, field for field, without the dataclass's checked __init__.
+
+    The size variants make hundreds of these per plan() call; ``replace`` goes through ``__init__`` and its frozen
+    ``object.__setattr__`` per field, several times this copy's cost. Only the fields are copied (cached properties
+    are worked out again on the copy).
+    """
+    made = object.__new__(SlotClass)
+    values = vars(cls)
+    vars(made).update({name: values[name] for name in _SLOT_FIELDS})
+    object.__setattr__(made, "eligible", eligible)
+    return made
+
+
+def _size_variants(problem: ClassProblem, restricted: _Restricted | None = None) -> list[ClassProblem]:
     """With worker sizes, per mode and combination of one size per serving role, the problem restricted to it.
 
     PEARL's ratio sweep fills roles by its minimal-change order across sizes; run on each variant it sweeps the
     ratio at that combination of sizes. Classes outside every pool (overlap GPUs) keep their roles.
+
+    ``restricted`` memoises each pooled class at each combination; the ranker passes one dict for a whole plan()
+    call, so the classes the solves of the call share (a gate widens a problem by replacing some of its classes
+    only) are restricted once. An entry holds its class, so the id it is keyed by stays that class's.
     """
     if not problem.pools:
         return []
     variants = []
-    restricted: dict[tuple[int, frozenset[Role]], SlotClass] = {}  # each class at each eligibility, made once
-
-    def restrict(k: int, cls: SlotClass, eligible: frozenset[Role]) -> SlotClass:
-        if eligible == cls.eligible:
-            return cls
-        made = restricted.get((k, eligible))
-        if made is None:
-            made = restricted[k, eligible] = replace(cls, eligible=eligible)
-        return made
+    restricted = {} if restricted is None else restricted
 
     for mode in problem.modes:
         roles = MODE_ROLES[mode]
         options = [sorted({c.tp for c in problem.classes if c.pool is not None and r in c.eligible}) for r in roles]
         for sizes in itertools.product(*options):
             chosen = dict(zip(roles, sizes, strict=True))
-            classes = [
-                c if c.pool is None else restrict(k, c, frozenset(r for r in c.eligible if chosen.get(r) == c.tp))
-                for k, c in enumerate(problem.classes)
-            ]
-            variants.append(replace(problem.with_classes(classes), modes=(mode,)))
+            classes = []
+            for c in problem.classes:
+                if c.pool is not None:
+                    entry = restricted.get((id(c), mode, sizes))
+                    if entry is None:
+                        eligible = frozenset(r for r in c.eligible if chosen.get(r) == c.tp)
+                        entry = restricted.get((id(c), eligible))
+                        if entry is None:
+                            made = c if eligible == c.eligible else _with_eligible(c, eligible)
+                            entry = restricted[id(c), eligible] = (c, made)
+                        restricted[id(c), mode, sizes] = entry
+                    c = entry[1]
+                classes.append(c)
+            variants.append(
+                ClassProblem(
+                    tuple(classes),
+                    problem.terms,
+                    problem.unfinished_fraction,
+                    problem.max_gpus,
+                    problem.kv_required_bytes,
+                    problem.min_prefill_tokens_per_s,
+                    problem.admission_pause_s,
+                    (mode,),
+                    problem.pools,
+                )
+            )
     return variants
 
 

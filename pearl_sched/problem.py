@@ -136,14 +136,19 @@ class ClassProblem:
 
     @functools.cached_property
     def node_block_rows(self) -> tuple[tuple[str, int, int, tuple[int, ...]], ...]:
-        """Per pool and block size, in the pools' order: (pool key, block, limit B_ps, the classes it counts)."""
+        """Per pool and block size, in the pools' order: (pool key, block, limit B_ps, the classes it counts).
+
+        The classes are gathered by pool in one pass (a problem is made per solve, per mode and per size
+        combination, so this runs often); each row's classes stay in class order.
+        """
+        if not self.pools:
+            return ()
+        members: dict[str, list[tuple[int, int]]] = {pool.key: [] for pool in self.pools}
+        for k, c in enumerate(self.classes):
+            if c.pool is not None and c.pool in members:
+                members[c.pool].append((k, c.tp))
         return tuple(
-            (
-                pool.key,
-                block,
-                limit,
-                tuple(k for k, c in enumerate(self.classes) if c.pool == pool.key and c.tp >= block),
-            )
+            (pool.key, block, limit, tuple(k for k, tp in members[pool.key] if tp >= block))
             for pool in self.pools
             for block, limit in pool.block_gpus.items()
         )
@@ -206,6 +211,7 @@ def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution
     gpus = 0
     kv = prefill_rate = transition_s = 0.0
     starts = False
+    gpus_of: list[int] = []  # per class, for the node-block rows
     for cls, n in zip(problem.classes, counts, strict=True):
         used = n[0] + n[1] + n[2]
         if used > cls.size or min(n) < 0:
@@ -223,12 +229,15 @@ def evaluate(problem: ClassProblem, mode: Mode, counts: Counts) -> ClassSolution
         kv += cls.kv_bytes * n[memory]
         prefill_rate += cls.prefill_tokens_per_s * n[prefill]
         transition_s += cost[None] * (cls.size - used)
-        gpus += cls.tp * used
+        gpus_of.append(cls.tp * used)
+        gpus += gpus_of[-1]
         starts = starts or (cls.pauses_admission and used > 0)
     if gpus > problem.max_gpus:
         return None
-    if problem.pools and pool_violation(problem, counts) is not None:
-        return None
+    if problem.pools:  # pool_violation's rows, from the GPUs counted above
+        for _, _, limit, members in problem.node_block_rows:
+            if sum([gpus_of[k] for k in members]) > limit:
+                return None
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         if (role in active) != (totals[i] > 0):

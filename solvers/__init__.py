@@ -17,7 +17,7 @@ from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
 from pearl_sched.solvers.enumeration import enumerate_configurations, evaluate_lanes, ratio_sweep
-from pearl_sched.solvers.formulation import MilpOutcome, predict_bound_s, solve_class_problem
+from pearl_sched.solvers.formulation import MilpOutcome, predict_bound_s, predict_lane_filter, solve_class_problem
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
 from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
@@ -71,6 +71,7 @@ __all__ = [
     "evaluate_lanes",
     "get_backend",
     "predict_bound_s",
+    "predict_lane_filter",
     "ratio_sweep",
     "solve_class_problem",
 ]

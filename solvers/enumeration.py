@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -181,6 +182,8 @@ def _assign_lanes(problem: ClassProblem, remaining: dict[Role, np.ndarray]) -> t
         for k in order[role]:
             cls = classes[k]
             want = np.maximum(remaining[role], 0)
+            if not want.any():  # every lane has its workers of this role: the rest would take none (assign stops)
+                break
             got = np.minimum(np.minimum(free[k], want), np.minimum(gpus_left // cls.tp, room(cls)))
             take(k, cls, i, got)
             remaining[role] -= got
@@ -224,47 +227,113 @@ def evaluate_lanes(problem: ClassProblem, mode: Mode, counts: np.ndarray) -> tup
         return np.zeros(lanes, dtype=bool), np.zeros((3, lanes)), np.zeros(lanes)
     memory = 1 if mode is Mode.DISAGGREGATED else 2  # decode, else colocated: the KV row's role
     prefill = 0 if mode is Mode.DISAGGREGATED else 2  # prefill, else colocated: the prefill row's role
-    ok = np.ones(lanes, dtype=bool)
-    totals = np.zeros((3, lanes), dtype=np.int64)
-    cap = np.zeros((3, lanes))
-    gpus = np.zeros(lanes, dtype=np.int64)
-    kv, prefill_rate, transition_s = np.zeros(lanes), np.zeros(lanes), np.zeros(lanes)
-    starts = np.zeros(lanes, dtype=bool)
-    with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
-        for k, cls in enumerate(problem.classes):
-            n = counts[k]
-            if cls.size and not cls.fixed and not n.any() and math.isfinite(cls.kv_bytes + cls.prefill_tokens_per_s):
-                transition_s += cls.cost[None] * cls.size  # a class off in every lane adds only this (and zeros)
-                continue
-            used = n[0] + n[1] + n[2]
-            ok &= ~((used > cls.size) | (n.min(axis=0) < 0))
-            for i, role in enumerate(ROLES):
-                has = n[i] != 0
-                if not has.any():
-                    continue
-                if role not in cls.eligible:
-                    ok &= ~has
-                    continue
-                totals[i] += n[i]
-                transition_s += np.where(has, cls.cost[role], 0.0) * n[i]
-                cap[i] += np.where(has, cls.weight.get(role, 0.0), 0.0) * n[i]
-            if cls.fixed and cls.current_role is not None:
-                ok &= n[ROLES.index(cls.current_role)] == cls.size
-            kv += cls.kv_bytes * n[memory]
-            prefill_rate += cls.prefill_tokens_per_s * n[prefill]
-            transition_s += cls.cost[None] * (cls.size - used)
-            gpus += cls.tp * used
-            if cls.pauses_admission:
-                starts |= used > 0
-    ok &= ~(gpus > problem.max_gpus)
-    for _, _, limit, members in problem.node_block_rows if problem.pools else ():
-        used_gpus = sum((problem.classes[k].tp * counts[k].sum(axis=0) for k in members), np.zeros(lanes, np.int64))
-        ok &= ~(used_gpus > limit)
+    data = _lane_data(problem)
+    # Classes off in every lane add only their cost of being off (evaluate's other terms are zeros there); the
+    # checks and sums below run over the others, every class at once.
+    live = np.flatnonzero(counts.any(axis=(1, 2)) | data.always)
+    n = counts[live]  # (live class, role, lane)
+    used = n.sum(axis=1)  # (live class, lane)
+    has = n != 0
+    eligible = data.eligible[live][:, :, None]
+    size = data.size[live]
+    # Integer checks and sums: exact in any order.
+    ok = ~((used > size[:, None]).any(axis=0) | (n.min(axis=1) < 0).any(axis=0))
+    ok &= ~(has & ~eligible).any(axis=(0, 1))  # a role the class may not take
+    for k, i in data.fixed:
+        ok &= counts[k, i] == data.size[k]
+    served = has & eligible
+    totals = n.sum(axis=0)  # (role, lane); a lane with a role its class may not take is refused above
+    gpus_by_class = used * data.tp[live][:, None]
+    ok &= ~(gpus_by_class.sum(axis=0) > problem.max_gpus)
+    starts = (used[data.pauses[live]] > 0).any(axis=0)
+    if problem.pools:
+        position = np.full(len(problem.classes), -1)  # a class's index among the live ones
+        position[live] = np.arange(len(live))
+        for _, _, limit, members in problem.node_block_rows:
+            counted = position[list(members)] if members else position[:0]
+            counted = counted[counted >= 0]  # the row's classes not off in every lane
+            if len(counted):
+                ok &= ~(gpus_by_class[counted].sum(axis=0) > limit)
     active = MODE_ROLES[mode]
     for i, role in enumerate(ROLES):
         ok &= (totals[i] > 0) == (role in active)
+    # Float sums in class order, as evaluate adds them (_sum_rows adds row after row; a 0.0 where evaluate adds
+    # nothing leaves a sum as it is: a sum that starts at 0.0 never becomes -0.0).
+    with np.errstate(all="ignore"):  # a lane evaluate would refuse first may compute an inf·0 the answer drops
+        cap = _sum_rows(data.weight[live][:, :, None] * n, lanes)  # w·0 = 0.0 where evaluate adds nothing
+        kv = _sum_rows(data.kv_bytes[live][:, None] * n[:, memory], lanes)
+        prefill_rate = _sum_rows(data.prefill_rate[live][:, None] * n[:, prefill], lanes)
+        # Each class's role terms then its cost of being off; a class off in every lane has the latter only.
+        is_live = np.zeros(len(problem.classes), dtype=bool)
+        is_live[live] = True
+        first = np.concatenate(([0], np.cumsum(np.where(is_live, 4, 1))))  # each class's first row
+        rows = np.empty((first[-1], lanes))
+        rows[first[:-1][~is_live]] = data.off_cost_all[~is_live][:, None]
+        at = first[live]
+        for i in range(3):
+            rows[at + i] = np.where(served[:, i], data.cost[live, i][:, None], 0.0) * n[:, i]
+        rows[at + 3] = data.off_cost[live][:, None] * (size[:, None] - used)
+        transition_s = _sum_rows(rows, lanes)
     ok &= ~((kv < problem.kv_required_bytes) | (prefill_rate < problem.min_prefill_tokens_per_s))  # as evaluate
     return ok, cap, np.where(starts, transition_s + problem.admission_pause_s, transition_s)
+
+
+def _sum_rows(rows: np.ndarray, lanes: int) -> np.ndarray:
+    """The sum over the first axis, from zeros and row after row in order, as evaluate's running sums add."""
+    total = np.zeros(rows.shape[1:] if rows.ndim > 1 else lanes)
+    for row in rows:
+        total += row
+    return total
+
+
+class _LaneData(NamedTuple):
+    """A problem's classes as arrays, for :func:`evaluate_lanes` (class order; roles in ROLES order)."""
+
+    size: np.ndarray  # (class,) int
+    tp: np.ndarray  # (class,) int
+    eligible: np.ndarray  # (class, role) bool
+    weight: np.ndarray  # (class, role) float, 0 where the class may not take the role (finite: never inf·0)
+    cost: np.ndarray  # (class, role) float, 0 where the class may not take the role
+    off_cost: np.ndarray  # (class,) float: cost[None]
+    off_cost_all: np.ndarray  # (class,) float: cost[None]·size, a class's cost when off in every lane
+    always: np.ndarray  # (class,) bool: fixed, or KV or prefill rate not finite (evaluated even when off)
+    kv_bytes: np.ndarray  # (class,) float
+    prefill_rate: np.ndarray  # (class,) float
+    pauses: np.ndarray  # (class,) bool
+    fixed: tuple[tuple[int, int], ...]  # (class, role index) of each fixed class with a current role
+
+
+def _per_role(classes: Sequence[SlotClass], value: Callable[[SlotClass, Role], float]) -> np.ndarray:
+    """A (class, role) float array of ``value`` where the class may take the role, 0.0 elsewhere."""
+    return np.array([[value(c, r) if r in c.eligible else 0.0 for r in ROLES] for c in classes], float).reshape(-1, 3)
+
+
+def _lane_data(problem: ClassProblem) -> _LaneData:
+    """:class:`_LaneData` of ``problem``, made once per problem (a sweep and a descent evaluate it many times)."""
+    made: _LaneData | None = problem.__dict__.get("_lane_data")
+    if made is not None:
+        return made
+    classes = problem.classes
+    made = _LaneData(
+        size=np.array([c.size for c in classes], dtype=np.int64),
+        tp=np.array([c.tp for c in classes], dtype=np.int64),
+        eligible=np.array([[r in c.eligible for r in ROLES] for c in classes], dtype=bool).reshape(-1, 3),
+        weight=_per_role(classes, lambda c, r: c.weight.get(r, 0.0)),
+        cost=_per_role(classes, lambda c, r: c.cost[r]),
+        off_cost=np.array([c.cost[None] for c in classes], dtype=float),
+        off_cost_all=np.array([c.cost[None] * c.size for c in classes], dtype=float),
+        always=np.array(
+            [c.fixed or not math.isfinite(c.kv_bytes + c.prefill_tokens_per_s) for c in classes], dtype=bool
+        ),
+        kv_bytes=np.array([c.kv_bytes for c in classes], dtype=float),
+        prefill_rate=np.array([c.prefill_tokens_per_s for c in classes], dtype=float),
+        pauses=np.array([c.pauses_admission for c in classes], dtype=bool),
+        fixed=tuple(
+            (k, _ROLE_INDEX[c.current_role]) for k, c in enumerate(classes) if c.fixed and c.current_role is not None
+        ),
+    )
+    object.__setattr__(problem, "_lane_data", made)  # ClassProblem is frozen; this is a cache, not a field
+    return made
 
 
 _LANES_FROM = 48
@@ -278,6 +347,12 @@ LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
 float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
 
 
+LaneFilter = Callable[[Mode, np.ndarray], np.ndarray]
+"""Which candidates of one mode a sweep still scores, given their target counts (a (role, lane) array in
+:data:`~pearl_sched.problem.ROLES` order): a mask over the lanes. The caller's promise: a candidate it drops scores
+above the best it already holds by more than the sweep's tie tolerance can bridge (see :func:`ratio_sweep`)."""
+
+
 _LANES_SCORED_FROM = 24
 """Usable workers from which :func:`ratio_sweep` with ``rescore_lanes`` runs in lanes: below, the scalar sweep is as
 fast or faster (bench/plan_latency.py's mixed-size states: the same at 14-31 workers, 3× faster at 4-11)."""
@@ -287,6 +362,7 @@ def ratio_sweep(
     problem: ClassProblem,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
     rescore_lanes: LaneScorer | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
     """``enumerate_configurations(problem, window=<every split>, rescore=rescore)``, its assignments made at once.
 
@@ -296,8 +372,15 @@ def ratio_sweep(
     with ``rescore_lanes``, the candidates are assigned and evaluated in numpy lanes (:func:`assign_many`,
     :func:`evaluate_lanes`); with ``rescore_lanes`` they are ranked on its objectives and only the winner is
     built and rescored as a solution.
+
+    ``keep`` (the planner's ranking, docs/formulation.md) drops candidates before they are assigned: those whose
+    proven lower bound is above a score the caller already holds, with a margin of 1e-12 per candidate on top of
+    its own tolerance. The best of the rest is then the sweep's best wherever that best is at or below the
+    caller's score (the winner keeps a candidate only when it beats the one held by more than 1e-12, and a
+    dropped candidate can hold the lead only among scores within that margin of the bound, all above the
+    caller's); where it is above, the answer may be another candidate above it, or None.
     """
-    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes)
+    return _sweep(problem, usable_workers(problem), rescore, rescore_lanes, keep)
 
 
 def _sweep(
@@ -305,12 +388,17 @@ def _sweep(
     n: int,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
     rescore_lanes: LaneScorer | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
-    """``_best_of(problem, n, None, rescore)``: :func:`ratio_sweep`'s search with ``n`` workers."""
+    """``_best_of(problem, n, None, rescore, keep)``: :func:`ratio_sweep`'s search with ``n`` workers."""
     lanes_scored = rescore is not None and rescore_lanes is not None and n >= _LANES_SCORED_FROM
     if n < _LANES_FROM and not lanes_scored:
-        return _best_of(problem, n, None, rescore)
+        return _best_of(problem, n, None, rescore, keep)
     modes, remaining = _candidate_lanes(problem, n)
+    if keep is not None and modes:
+        kept = _kept(keep, modes, np.array([remaining[role] for role in ROLES], dtype=np.int64))
+        modes = [m for m, k in zip(modes, kept.tolist(), strict=True) if k]
+        remaining = {role: targets[kept] for role, targets in remaining.items()}
     if not modes:
         return None
     counts, done = _assign_lanes(problem, remaining)
@@ -349,6 +437,16 @@ def _sweep(
         if solution is not None and (best is None or solution.objective_s < best.objective_s - 1e-12):
             best = solution
     return best
+
+
+def _kept(keep: LaneFilter, modes: Sequence[Mode], targets: np.ndarray) -> np.ndarray:
+    """``keep``'s mask over candidates of either mode (``targets``: their (role, candidate) counts)."""
+    kept = np.ones(len(modes), dtype=bool)
+    for mode in (Mode.COLOCATED, Mode.DISAGGREGATED):
+        lanes = np.flatnonzero(np.array([m is mode for m in modes], dtype=bool))
+        if lanes.size:
+            kept[lanes] = keep(mode, targets[:, lanes])
+    return kept
 
 
 def _candidate_lanes(problem: ClassProblem, n: int) -> tuple[list[Mode], dict[Role, np.ndarray]]:
@@ -413,10 +511,15 @@ def _best_of(
     n: int,
     window: int | None,
     rescore: Callable[[ClassSolution], ClassSolution] | None = None,
+    keep: LaneFilter | None = None,
 ) -> ClassSolution | None:
-    """The best candidate using ``n`` workers."""
+    """The best candidate using ``n`` workers (of those ``keep`` keeps, :func:`ratio_sweep`)."""
     best: ClassSolution | None = None
     candidates = _candidates(problem, n, window)
+    if keep is not None and candidates:
+        wanted = np.array([[t.get(role, 0) for _, t in candidates] for role in ROLES], dtype=np.int64)
+        kept = _kept(keep, [mode for mode, _ in candidates], wanted)
+        candidates = [c for c, k in zip(candidates, kept.tolist(), strict=True) if k]
     order = _fill_order(problem)
     for mode, targets in candidates:
         counts = assign(problem, targets, order)

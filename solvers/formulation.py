@@ -456,15 +456,34 @@ def cheapest_transition_s(problem: ClassProblem, mode: Mode) -> float:
     mode's other roles are off, ``role_active_iff_mode``); the admission pause is left out (it is never
     negative). :func:`mode_bound`'s cost part, and the planner's bound on ranking by predict.
     """
+    return _cheapest_transition_s(problem, mode, _least_costs(problem, mode))
+
+
+def _least_costs(problem: ClassProblem, mode: Mode) -> list[float]:
+    """Per class, the cost of its cheapest option among ``mode``'s roles it may take and off."""
+    roles = MODE_ROLES[mode]
+    least = []
+    for c in problem.classes:  # min() over the roles in order, then off: the first of equal values, as min() picks
+        cost, eligible = c.cost, c.eligible
+        value: float | None = None
+        for r in roles:
+            if r in eligible and (value is None or cost[r] < value):
+                value = cost[r]
+        least.append(cost[None] if value is None or cost[None] < value else value)
+    return least
+
+
+def _cheapest_transition_s(problem: ClassProblem, mode: Mode, least: Sequence[float]) -> float:
+    """:func:`cheapest_transition_s` given :func:`_least_costs` (the same sum, in the same order)."""
     roles = MODE_ROLES[mode]
     cheapest = 0.0
-    for c in problem.classes:
+    for c, least_s in zip(problem.classes, least, strict=True):
         if c.fixed and c.current_role is not None and c.size:
             if c.current_role not in roles or c.current_role not in c.eligible:
                 return math.inf  # the class must keep a role this mode switches off
             cheapest += c.size * c.cost[c.current_role]
             continue
-        cheapest += c.size * min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
+        cheapest += c.size * least_s
     return cheapest
 
 
@@ -488,7 +507,8 @@ def predict_bound_s(
     """
     bounds = []
     for mode in problem.modes:
-        cheapest_s = cheapest_transition_s(problem, mode)
+        least = _least_costs(problem, mode)
+        cheapest_s = _cheapest_transition_s(problem, mode, least)
         if math.isinf(cheapest_s):
             bounds.append(cheapest_s)
             continue
@@ -496,7 +516,7 @@ def predict_bound_s(
         if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
             bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
             continue
-        curves = [_cost_curve(problem, mode, role) for role in roles]
+        curves = [_cost_curve(problem, mode, role, least) for role in roles]
         if min(top for _, _, top in curves) <= 0:
             return -math.inf
         ends = np.meshgrid(*(end for end, _, _ in curves), indexing="ij")
@@ -508,12 +528,74 @@ def predict_bound_s(
     return min(bounds, default=math.inf)
 
 
+def predict_lane_filter(
+    problem: ClassProblem,
+    totals: Callable[[Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    cutoff_s: float,
+) -> Callable[[Mode, np.ndarray], np.ndarray]:
+    """``ratio_sweep``'s ``keep`` for the ranking by predict: drop the candidates that cannot score ``cutoff_s``.
+
+    A candidate of a sweep targets counts of workers per role (a (role, candidate) array); one that meets them
+    has at most the capacity of that many of the role's heaviest workers (classes by weight, each up to its
+    size: :func:`_most_capacity`) and at most :func:`max_capacity`, so ``totals`` there (never rising with
+    capacity, as in :func:`predict_bound_s`), times ρ, plus :func:`cheapest_transition_s` of its mode, is at most
+    its score ρ·predict + transition cost (float rounding of the capacities is within the tolerance below).
+    A candidate is dropped when that bound is above ``cutoff_s`` by more than the planner's tolerance
+    (1e-9, relative) plus 1e-12 for each configuration the sweep could try (the margin ``ratio_sweep`` needs for
+    its answer to stay the same). Nothing is dropped in a mode no configuration can serve, or where a role has
+    no capacity to give (``predict`` refuses such candidates rather than rank them).
+    """
+    fraction = problem.unfinished_fraction
+    sized = [c for c in problem.classes if c.size]
+    most = {r: _most_capacity(sized, r) for r in ROLES}  # (workers, capacity) at each class's end, best first
+    top = {r: max_capacity(problem, r) for r in ROLES}
+    cheapest = {mode: cheapest_transition_s(problem, mode) for mode in problem.modes}
+    margin = 1e-9 * max(1.0, abs(cutoff_s)) + 1e-12 * (sum(c.size for c in sized) + 2)
+
+    def keep(mode: Mode, targets: np.ndarray) -> np.ndarray:
+        lanes = targets.shape[1]
+        least = cheapest.get(mode, math.inf)
+        roles = MODE_ROLES[mode]
+        if math.isinf(least) or any(not len(most[r][0]) or top[r] <= 0 for r in roles):
+            return np.ones(lanes, dtype=bool)
+        capacities = [
+            np.minimum(np.interp(targets[i], *most[r]), top[r]) if len(most[r][0]) else np.zeros(lanes)
+            for i, r in enumerate(ROLES)
+        ]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bound = fraction * totals(mode, *capacities) + least
+        kept: np.ndarray = ~(bound > cutoff_s + margin)  # a NaN bound keeps its candidate
+        return kept
+
+    return keep
+
+
+def _most_capacity(classes: Sequence[SlotClass], role: Role) -> tuple[np.ndarray, np.ndarray]:
+    """The most capacity ``k`` workers of ``role`` can give, as breakpoints for ``np.interp``.
+
+    Classes that may take the role, heaviest worker first, each up to its size: at ``workers[j]`` workers the
+    capacity is ``capacity[j]``, linear in between (the j-th class's weight per worker), flat after the last.
+    Empty when no class has capacity to give.
+    """
+    stretches = sorted(
+        ((c.weight.get(role, 0.0), c.size) for c in classes if role in c.eligible and c.weight.get(role, 0.0) > 0),
+        reverse=True,
+    )
+    if not stretches:
+        return np.zeros(0), np.zeros(0)
+    workers = np.concatenate(([0.0], np.cumsum([float(n) for _, n in stretches])))
+    capacity = np.concatenate(([0.0], np.cumsum([w * n for w, n in stretches])))
+    return workers, capacity
+
+
 _PIECES = 4
 """Pieces each class's stretch of a role's cost curve is cut into by :func:`predict_bound_s`: more is
 tighter and costs more lanes (each a point ``predict_totals_s`` is asked at)."""
 
 
-def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarray, np.ndarray, float]:
+def _cost_curve(
+    problem: ClassProblem, mode: Mode, role: Role, least: Sequence[float] | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Pieces of ``role``'s capacity in ``mode``: each piece's end, the least extra cost at its start, the top.
 
     Every slot of a class costs at least its cheapest option among the mode's roles and off (what
@@ -521,11 +603,12 @@ def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarr
     difference more and gives the class's weight. The least extra cost of a capacity is the fractional knapsack
     of those differences, classes in order of extra cost per capacity (a slot given to this role is not given
     to the mode's other role, which only adds cost, so summing the roles' curves stays below). A fixed class
-    serving ``role`` adds its capacity at no extra cost. Pieces end at most at ``max_capacity``.
+    serving ``role`` adds its capacity at no extra cost. Pieces end at most at ``max_capacity``. ``least`` is
+    :func:`_least_costs` where the caller has it.
     """
-    roles = MODE_ROLES[mode]
+    least = _least_costs(problem, mode) if least is None else least
     stretches: list[tuple[float, float, int]] = []  # (extra cost per worker, capacity per worker, workers)
-    for c in problem.classes:
+    for c, least_s in zip(problem.classes, least, strict=True):
         weight = c.weight.get(role, 0.0)
         if not c.size or role not in c.eligible or weight <= 0:
             continue
@@ -533,8 +616,7 @@ def _cost_curve(problem: ClassProblem, mode: Mode, role: Role) -> tuple[np.ndarr
             if c.current_role is role:
                 stretches.append((0.0, weight, c.size))
             continue
-        least = min(c.cost[r] for r in (*(r for r in roles if r in c.eligible), None))
-        stretches.append((c.cost[role] - least, weight, c.size))
+        stretches.append((c.cost[role] - least_s, weight, c.size))
     stretches.sort(key=lambda s: s[0] / s[1])
     top = max_capacity(problem, role)
     starts, extras = [], []

@@ -26,6 +26,7 @@ REGISTRY = {
     "ratio_sweep",
     "evaluate_lanes",
     "predict_bound_s",
+    "predict_lane_filter",
 }
 """What the core may take from ``pearl_sched.solvers``: the backend registry and the solve entry points."""
 

@@ -2,7 +2,8 @@
 
 ``PearlMakespanModel.predict_totals_s`` is ``predict``'s total lane by lane, float for float, and never rises with
 capacity; the ranker scores PEARL's ratio sweep with it in numpy lanes and skips a mode's MILP or a size
-combination's sweep when its proven lower bound (``_PredictRanker.bound_s``) is above a score already in hand.
+combination's sweep when its proven lower bound (``_PredictRanker.bound_s``) is above a score already in hand, and
+within a sweep the splits whose bound is (``_PredictRanker.lane_filter``).
 These tests hold each piece to what it replaces: the vectorised total to ``predict``, the bound to the score of
 every configuration of small problems, the lane-scored sweep to the sweep that rescores solution by solution, and
 whole plans to the plans of the ranker without either.
@@ -116,6 +117,53 @@ def test_lane_scored_sweep_is_the_sweep_rescored_one_by_one(monkeypatch: pytest.
     assert answered > 50, answered
 
 
+def test_lane_filter_keeps_every_split_that_scores_the_cutoff() -> None:
+    """Each split of the sweep that can be assigned is kept at a cutoff equal to its own score (the bound is valid)."""
+    checked = dropped = 0
+    for problem, ranker in _problems(seed=19):
+        n = enumeration.usable_workers(problem)
+        for mode, targets in enumeration._candidates(problem, n, None):
+            counts = enumeration.assign(problem, targets)
+            solution = evaluate(problem, mode, counts) if counts is not None else None
+            if solution is None:
+                continue
+            score_s = ranker.score(problem, solution).objective_s
+            wanted = np.array([[targets.get(role, 0)] for role in ROLES], dtype=np.int64)
+            for cutoff_s, must_keep in ((score_s, True), (score_s * 0.5, False)):
+                keep = ranker.lane_filter(problem, cutoff_s)
+                assert keep is not None
+                keeps = bool(keep(mode, wanted)[0])
+                assert keeps or not must_keep, (mode, targets, score_s)
+                checked += must_keep
+                dropped += not keeps
+    assert checked > 100 and dropped > 50, (checked, dropped)  # at half its score the bound drops most splits
+
+
+@pytest.mark.parametrize("lanes_from", [0, 10**9])  # every sweep in lanes, and every sweep scalar
+def test_sweep_with_lane_filter_is_the_sweep_under_its_cutoff(lanes_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``keep`` the sweep answers as without wherever its best is at most the cutoff; else above it, or None."""
+    monkeypatch.setattr(enumeration, "_LANES_SCORED_FROM", lanes_from)
+    same = above = 0
+    for problem, ranker in _problems(seed=23):
+        rescore = functools.partial(ranker.score, problem)
+        lanes = ranker.lane_scorer(problem)
+        full = ratio_sweep(problem, rescore=rescore, rescore_lanes=lanes)
+        if full is None:
+            continue
+        best_s = full.objective_s
+        for cutoff_s in (best_s, best_s * (1 + 1e-3), best_s * (1 - 1e-3), best_s * 0.9):
+            swept = ratio_sweep(
+                problem, rescore=rescore, rescore_lanes=lanes, keep=ranker.lane_filter(problem, cutoff_s)
+            )
+            if best_s <= cutoff_s:
+                assert swept == full, (cutoff_s, best_s)
+                same += 1
+            else:
+                assert swept is None or swept.objective_s > cutoff_s, (cutoff_s, best_s)
+                above += 1
+    assert same > 50 and above > 50, (same, above)
+
+
 def test_only_a_model_that_defines_both_is_vectorised() -> None:
     class Retuned(PearlMakespanModel):  # predict redefined, predict_totals_s inherited: not PEARL's totals
         def predict(self, workload, capacity):  # type: ignore[no-untyped-def]
@@ -144,6 +192,7 @@ def test_pruned_and_lane_scored_plans_are_the_plain_rankers(lanes_from: int, mon
     ranked_plainly = True
     monkeypatch.setattr(planner._PredictRanker, "bound_s", lambda self, problem: -float("inf"))
     monkeypatch.setattr(planner._PredictRanker, "lane_scorer", lambda self, problem: None)
+    monkeypatch.setattr(planner._PredictRanker, "lane_filter", lambda self, problem, cutoff_s: None)
     plain = [_planned(s) for s in states]
     assert fast == plain
     assert sum(not p.startswith("infeasible") for p in fast) >= 6  # most states plan

@@ -92,6 +92,38 @@ def test_evaluate_many_is_evaluate_lane_by_lane(sized: bool) -> None:
     assert kept > 50 and refused > 50, (kept, refused)
 
 
+@pytest.mark.parametrize("sized", [False, True])
+def test_evaluate_many_with_idle_and_fixed_classes(sized: bool) -> None:
+    """As above, with classes off in every lane (evaluate_lanes adds only their cost of being off) and fixed ones.
+
+    The lanes sum the floats class by class as ``evaluate`` does; a class off in every lane is skipped in the
+    vectorised checks, so the answers must still be ``evaluate``'s, transition cost and capacities float for float.
+    """
+    rng = np.random.default_rng(11 + sized)
+    kept = refused = fixed_seen = 0
+    for problem in _problems(sized, seed=13 + sized):
+        if rng.random() < 0.5:  # some classes fixed at their current role
+            problem = problem.with_classes(
+                [replace(c, fixed=c.current_role is not None and rng.random() < 0.3) for c in problem.classes]
+            )
+        fixed_seen += any(c.fixed for c in problem.classes)
+        sizes = np.array([c.size for c in problem.classes], dtype=np.int64)
+        met = [c for c in assign_many(problem, _targets(problem)) if c is not None]
+        counts = rng.integers(0, sizes[:, None, None] + 1, size=(len(sizes), 3, 6))
+        if met:
+            counts = np.concatenate([counts, np.array(met, dtype=np.int64).transpose(1, 2, 0)], axis=2)
+        counts[rng.random(len(sizes)) < 0.5] = 0  # these classes are off in every lane
+        for mode in Mode:
+            for lane, solution in enumerate(evaluate_many(problem, mode, counts)):
+                exact = evaluate(problem, mode, tuple(map(tuple, counts[:, :, lane].tolist())))
+                assert solution == exact, (mode, counts[:, :, lane].tolist())
+                if exact is not None:  # == holds 0.0 == -0.0; the sums' bits are the same too
+                    assert str(solution.transition_cost_s) == str(exact.transition_cost_s)
+                kept += exact is not None
+                refused += exact is None
+    assert kept > 50 and refused > 50 and fixed_seen > 5, (kept, refused, fixed_seen)
+
+
 @pytest.mark.parametrize("lanes_from", [0, enumeration._LANES_FROM])  # every sweep in lanes, and as shipped
 @pytest.mark.parametrize("sized", [False, True])
 def test_ratio_sweep_is_enumeration_over_every_split(
