@@ -1399,10 +1399,18 @@ SCHEDULER_RECV_INTERVALS: dict[str, tuple[tuple[int, int], ...]] = {
     _QWEN35_BF16_B300_SH: _RECV_10_30,  # qwen3.5_bf16_b300.sh at 32274d6c1
     _QWEN35_FP4_B300_SH: _RECV_10_30,  # qwen3.5_fp4_b300.sh at 8acbd08b7
     _QWEN35_FP8_B300_SH: ((1, 10),),  # qwen3.5_fp8_b300.sh at c0f62a2ef: --scheduler-recv-interval 10 at every C
+    # PD decode engines (the replay models it there only: a prefill engine receives every iteration): srt-slurm's
+    # GB200 FP8 low-latency recipes (scheduler-recv-interval: 10 on prefill and decode, f6754071 / 5063eb43) and
+    # dynamo's gb200-fp8/disagg/1k1k-low-latency.sh at b7107d008 (--scheduler-recv-interval 10 on both)
+    _SRT_SLURM_GB200_FP8_LOW_LATENCY: ((1, 10),),
+    _SRT_SLURM_GB200_FP8_8K1K_LOW_LATENCY.format("decode"): ((1, 10),),
+    _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY: ((1, 10),),
 }
 """``--scheduler-recv-interval`` of each recorded InferenceX launch script that sets it, by the record's ``script``
 (read at the commit the record names). ``dsr1_fp8_h200.sh`` (64c20b6b5) and ``qwen3.5_fp8_h200.sh`` (f65d6b4b1) set
-none; a record added to :data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here."""
+none, nor do the H200 / B200 srt-slurm recipes and dynamo's max-throughput scripts; a record added to
+:data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here. A disaggregated record's interval applies
+to its decode engine (:attr:`pearl_sched.sim.replay.PDRole.scheduler_recv_interval`)."""
 
 
 def scheduler_recv_interval(launch: LaunchFlags | None, concurrency: int) -> int:
@@ -1779,6 +1787,8 @@ def disagg_rows(
                     prebuilt_step=role == "decode"
                     and POOL_SOURCE == "sglang"  # aiconfigurator-core's pool source reproduces the previous rounds
                     and runs_prebuilt_step(deployment.get("backend_version", "")),
+                    # the decode engine's --scheduler-recv-interval (a prefill engine receives every iteration)
+                    scheduler_recv_interval=scheduler_recv_interval(launch, conc) if role == "decode" else 1,
                 )
             )
         if len(roles) < 2:
