@@ -214,6 +214,20 @@ _DSR1_FP8_B200_V056 = (
     " at d27433dff, 2025-12-31 15:17:57 UTC: the commit that moved dsr1-fp8-b200-sglang to"
     " lmsysorg/sglang:v0.5.6-cu129-amd64, the row's image; the row is measured 3 s later"
 )
+_DSR1_FP4_B200_DOCKER_NOV = (
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp4_b200_docker.sh as of 4b860b78e (2025-10-01), the script"
+    " dsr1-fp4-b200-sglang ran (runners/launch_b200-nvd.sh / -tg.sh) until d8fe8f73e (2025-11-10 19:55 UTC) moved the"
+    " config to lmsysorg/sglang:v0.5.5-cu129-amd64 with ep = tp and replaced --enable-ep-moe by --ep-size $EP_SIZE"
+    " (the same EP; every other flag unchanged): the rows of 2025-11-10 (no image recorded) record EP 1, the config's"
+    " empty ep field before that commit; on 2025-11-02 the job bmk-b200-fp4 of .github/workflows/dsr1-tmpl.yml"
+    " (0c3e531b6, 2025-10-06) ran it on lmsysorg/sglang:v0.5.3rc1-cu129-b200 at TP 4 and 8, C 4-128"
+)
+_DSR1_FP8_B200_DOCKER_1118 = (
+    "SemiAnalysisAI/InferenceX benchmarks/dsr1_fp8_b200_docker.sh at d8fe8f73e (2025-11-10 19:55 UTC, which set"
+    " --ep-size $EP_SIZE and ep: 8 for dsr1-fp8-b200-sglang on lmsysorg/sglang:v0.5.5-cu129-amd64; unchanged until"
+    " d22bf9ca9, 2025-11-21): the rows of 2025-11-18 (no image recorded) record EP 8 (tp_size 64 = TP x EP), so they"
+    " ran before 189ae51cc (2025-11-18 20:03 UTC) set ep back to 1"
+)
 _TP4 = (4, 1, 4, 1)
 _TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
@@ -572,6 +586,12 @@ _qwen35_fp4 = LaunchFlags(  # B200 / B300 NVFP4: --cuda-graph-max-bs $CONC, --ma
 _QWEN35_1K8K = ((_K1, _K1), (_K8, _K1))
 """The B300 configs' and the NVFP4 B200 config's lengths (no 1k / 8k)."""
 
+_GLM5_FP8_B200_SH = (
+    "SemiAnalysisAI/InferenceX benchmarks/single_node/glm5_fp8_b200.sh at 13930ca61 (2026-03-20 17:45:21 UTC, the"
+    " commit that added glm5-fp8-b200-sglang on lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448 with the script),"
+    " the rows' image; measured 4 s later"
+)
+
 
 def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
     """``flags`` once per concurrency of ``runs`` (ISL, OSL, conc-start, conc-end; InferenceX doubles C from start to
@@ -585,6 +605,10 @@ def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], 
         )
         for c in concs
     )
+
+
+NO_IMAGE = ""
+"""The image field of a :func:`launch_key` whose row records a measured date but no container image."""
 
 
 RECORDED_LAUNCHES: dict[
@@ -624,6 +648,49 @@ RECORDED_LAUNCHES: dict[
         ("agg", (8, 1, 1, 8)): (
             replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16))),
         ),
+    },
+    # Rows that record no image (the database dump's configs 88 / 99 / 199 of November 2025 and the 2026-04-06 export
+    # of the same runs): keyed by NO_IMAGE and the measured date, which with the EP the rows record pins the config.
+    # dsr1-fp4-b200-sglang before d8fe8f73e (.github/configs/nvidia-master.yaml at 403857f68: TP 4 C 4-128 at each
+    # length, TP 8 C 4-128 at 1k/1k and 1k/8k and C 4-16 at 8k/1k, no ep field): the docker script's
+    # --enable-ep-moe, which SGLang's ServerArgs reads as ep_size = tp_size (deprecated for --ep-size in 0.5.x), ran
+    # the MoE at EP = TP, not the MoE TP the rows record; the flags are dsr1_fp4_b200.sh's later ones (0.85, FP8 KV,
+    # chunk 16384, 256 running requests / CUDA-graph batch, --scheduler-recv-interval 10 / 30).
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", NO_IMAGE, "2025-11-10"): {
+        ("agg", _TP4): (
+            replace(
+                _dsr1_fp4_b200,
+                script=_DSR1_FP4_B200_DOCKER_NOV,
+                layout=(4, 1, 1, 4),
+                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128)),
+            ),
+        ),
+        ("agg", _TP8): (
+            replace(
+                _dsr1_fp4_b200,
+                script=_DSR1_FP4_B200_DOCKER_NOV,
+                layout=(8, 1, 1, 8),
+                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16)),
+            ),
+        ),
+    },
+    # 2025-11-02, before nvidia-master.yaml existed (17d5e204f, 2025-11-03): dsr1-tmpl.yml's bmk-b200-fp4 job, tp-list
+    # [4, 8], conc-list [4 ... 128] at every length (the nightly full sweeps), the same docker script.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", NO_IMAGE, "2025-11-02"): {
+        ("agg", layout): (
+            replace(
+                _dsr1_fp4_b200,
+                script=_DSR1_FP4_B200_DOCKER_NOV,
+                layout=(tp, 1, 1, tp),
+                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128)),
+            ),
+        )
+        for tp, layout in ((4, _TP4), (8, _TP8))
+    },
+    # dsr1-fp8-b200-sglang between d8fe8f73e and 189ae51cc (TP 8 / EP 8, C 4-64 at each length): the launch line of
+    # the 2025-12-31 record (0.82, FP8 KV, 32768 / 32768, 128 running requests / CUDA-graph batch) with --ep-size 8.
+    ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp8", "agg", NO_IMAGE, "2025-11-18"): {
+        ("agg", (8, 1, 1, 8)): (replace(_dsr1_fp8_b200_tp8, script=_DSR1_FP8_B200_DOCKER_1118, search_space=_C4_64),),
     },
     # dsr1-fp8-b300-sglang (config at 5b302f147: TP 8 / EP 1 at 1k/1k C 4-64 and 8k/1k C 4, TP 4 at 8k/1k C 4-32) and
     # dsr1-fp4-b300-sglang (TP 4 / EP 4 C 4-128, TP 8 / EP 8 C 4-128 / 4-16): the B200 scripts' flags, line for line.
@@ -754,6 +821,25 @@ RECORDED_LAUNCHES: dict[
         ("agg", (4, 1, 2, 2)): _per_concurrency(
             replace(_qwen35_fp4, script=_QWEN35_FP4_B300_SH, mem_fraction_static=0.8, layout=(2, 1, 1, 2)),
             tuple((i, o, 4, 128) for i, o in _QWEN35_1K8K),
+        ),
+    },
+    # glm5-fp8-b200-sglang at 13930ca61 (TP 8 / EP 1, C 4-128 at each length): --kv-cache-dtype fp8_e4m3,
+    # --mem-fraction-static 0.85, --chunked-prefill-size / --max-prefill-tokens 32768, --max-running-requests =
+    # --cuda-graph-max-bs = $CONC, --disable-radix-cache, no --scheduler-recv-interval. aiconfigurator-core 0.12.0 has
+    # no GLM-5 DSA context data for its FP8 GEMM at either KV dtype: the rows are refused with or without the record.
+    ("zhipuai/GLM-5", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448", "2026-03-20"): {
+        ("agg", _TP8): tuple(
+            replace(f, max_running_requests=f.cuda_graph_max_bs)
+            for f in _per_concurrency(
+                LaunchFlags(
+                    _GLM5_FP8_B200_SH,
+                    mem_fraction_static=0.85,
+                    kv_cache_dtype="fp8",
+                    chunked_prefill_size=32768,
+                    max_prefill_tokens=32768,
+                ),
+                tuple((i, o, 4, 128) for i, o in _QWEN35_LENGTHS),
+            )
         ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
@@ -992,16 +1078,19 @@ def launch_key(row: dict[str, str]) -> tuple[str, ...] | None:
 
     The image (``lmsysorg/sglang:…``) and the date (``measured=YYYY-MM-DD``) are in ``silicon_data_source`` of the
     database dump and the dated exports, and for a gap-analysis row that repeats one of their measurements in that
-    row's (:data:`REPEATED_SOURCES`); None for rows without both (the other gap-analysis rows). DeepSeek-R1 is read as
+    row's (:data:`REPEATED_SOURCES`); :data:`NO_IMAGE` for a dated row that names no image (the dump's and exports'
+    November 2025 runs: their records say what else pins the config); None for rows without a date (the other
+    gap-analysis rows). DeepSeek-R1 is read as
     DeepSeek-V3 (:data:`SAME_ARCHITECTURE`: the dump names its R1 runs V3).
     """
     source = REPEATED_SOURCES.get(row.get("id", ""), row["silicon_data_source"])
     image = re.search(r"(lmsysorg/sglang:[^\s;]+)", source)
     measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", source)
-    if image is None or measured is None:
+    if measured is None:
         return None
     model = SAME_ARCHITECTURE.get(row["model_path"], row["model_path"])
-    return (model, row["system"], row["precision"], row["mode"], image.group(1), measured.group(1))
+    deployment = image.group(1) if image else NO_IMAGE
+    return (model, row["system"], row["precision"], row["mode"], deployment, measured.group(1))
 
 
 def recorded_launch(
@@ -1301,6 +1390,8 @@ SCHEDULER_RECV_INTERVALS: dict[str, tuple[tuple[int, int], ...]] = {
     _DSR1_FP8_B300_SH.format(8): _RECV_10_30,
     _DSR1_FP8_B300_SH.format(4): ((1, 10),),  # the TP=4 branch sets 10 at every C
     _DSR1_FP4_B300_SH: _RECV_10_30,
+    _DSR1_FP4_B200_DOCKER_NOV: _RECV_10_30,  # dsr1_fp4_b200_docker.sh as of 4b860b78e
+    _DSR1_FP8_B200_DOCKER_1118: _RECV_10_30,  # dsr1_fp8_b200_docker.sh at d8fe8f73e
     _QWEN35_FP8_B200_SH: _RECV_10_30,
     _QWEN35_FP8_B200_SH_0303: _RECV_10_30,
     _QWEN35_BF16_B200_SH: _RECV_10_30,  # qwen3.5_bf16_b200.sh at 9dc87a68c
@@ -1308,10 +1399,18 @@ SCHEDULER_RECV_INTERVALS: dict[str, tuple[tuple[int, int], ...]] = {
     _QWEN35_BF16_B300_SH: _RECV_10_30,  # qwen3.5_bf16_b300.sh at 32274d6c1
     _QWEN35_FP4_B300_SH: _RECV_10_30,  # qwen3.5_fp4_b300.sh at 8acbd08b7
     _QWEN35_FP8_B300_SH: ((1, 10),),  # qwen3.5_fp8_b300.sh at c0f62a2ef: --scheduler-recv-interval 10 at every C
+    # PD decode engines (the replay models it there only: a prefill engine receives every iteration): srt-slurm's
+    # GB200 FP8 low-latency recipes (scheduler-recv-interval: 10 on prefill and decode, f6754071 / 5063eb43) and
+    # dynamo's gb200-fp8/disagg/1k1k-low-latency.sh at b7107d008 (--scheduler-recv-interval 10 on both)
+    _SRT_SLURM_GB200_FP8_LOW_LATENCY: ((1, 10),),
+    _SRT_SLURM_GB200_FP8_8K1K_LOW_LATENCY.format("decode"): ((1, 10),),
+    _DYNAMO_GB200_FP8_1K1K_LOW_LATENCY: ((1, 10),),
 }
 """``--scheduler-recv-interval`` of each recorded InferenceX launch script that sets it, by the record's ``script``
 (read at the commit the record names). ``dsr1_fp8_h200.sh`` (64c20b6b5) and ``qwen3.5_fp8_h200.sh`` (f65d6b4b1) set
-none; a record added to :data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here."""
+none, nor do the H200 / B200 srt-slurm recipes and dynamo's max-throughput scripts; a record added to
+:data:`RECORDED_LAUNCHES` from a script that sets one needs its entry here. A disaggregated record's interval applies
+to its decode engine (:attr:`pearl_sched.sim.replay.PDRole.scheduler_recv_interval`)."""
 
 
 def scheduler_recv_interval(launch: LaunchFlags | None, concurrency: int) -> int:
@@ -1688,6 +1787,8 @@ def disagg_rows(
                     prebuilt_step=role == "decode"
                     and POOL_SOURCE == "sglang"  # aiconfigurator-core's pool source reproduces the previous rounds
                     and runs_prebuilt_step(deployment.get("backend_version", "")),
+                    # the decode engine's --scheduler-recv-interval (a prefill engine receives every iteration)
+                    scheduler_recv_interval=scheduler_recv_interval(launch, conc) if role == "decode" else 1,
                 )
             )
         if len(roles) < 2:

@@ -504,3 +504,32 @@ def test_disagg_running_caps_bound_the_prefill_batch_and_the_decode_rank() -> No
         + one_running.transfer_s
         + one_running.join_wait_s
     )
+
+
+def _recv_run(interval: int, concurrency: int, prebuilt_step: bool = True, ranks: int = 1) -> DisaggReplayResult:
+    prefill = PDRole(FakeSteps(), 1, 1, 1_000_000, kv_bytes_per_token=1000.0, link_bytes_per_s=1e9)
+    decode = PDRole(FakeSteps(), 2, ranks, 1_000_000, prebuilt_step=prebuilt_step, scheduler_recv_interval=interval)
+    return replay_disagg_closed_loop(
+        prefill, decode, isl=200, osl=60, concurrency=concurrency, rounds=4, range_ratio=0.5, seed=3
+    )
+
+
+def test_disagg_recv_interval_holds_requests_sent_while_the_decode_engine_decodes() -> None:
+    # SGLang's SchedulerRecvSkipper on a PD decode engine: a request sent while it decodes waits before its
+    # preallocation until the decode iterations since the last receive reach the interval; 1 is the default
+    base, slow = _recv_run(1, 6), _recv_run(10, 6)
+    assert base.prealloc_wait_s == 0.0 < slow.prealloc_wait_s
+    # each wait is at most the interval's decode steps (5 ms plus 10 us per request of the batch of at most 6)
+    assert slow.prealloc_wait_s <= 10 * (0.005 + 6e-5)
+    assert slow.ttft_s == pytest.approx(
+        slow.prealloc_wait_s + slow.prefill_queue_s + slow.prefill_run_s + slow.transfer_s + slow.join_wait_s
+    )
+    assert all(not math.isnan(e2e) for _, _, e2e in slow.per_request) and slow.requests == 24
+    # one client per engine: each request is sent to an idle engine, whose loop spins through the count
+    assert _recv_run(30, 1).per_request == _recv_run(1, 1).per_request
+
+
+def test_disagg_recv_interval_is_refused_with_attention_dp() -> None:
+    # SchedulerRecvSkipper asserts `not server_args.enable_dp_attention`
+    with pytest.raises(ReplayError, match="attention-DP"):
+        _recv_run(10, 4, ranks=2)

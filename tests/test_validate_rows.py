@@ -945,3 +945,83 @@ def test_the_b200_1k1k_point_of_config_455_and_gb200_config_536_run_with_their_r
     assert (prefill.max_total_tokens, prefill.chunked_prefill_size, decode.chunked_prefill_size) == (32768, 24576, 8192)
     assert (decode.mem_fraction_static, decode.kv_cache_dtype, decode.cuda_graph_max_bs) == (0.8, "fp8", 512)
     assert validate.recorded_launch({**gb200, "batch_size": "32"}, "decode", (8, 1, 8, 1)) is None
+
+
+@pytest.mark.parametrize(
+    ("row_id", "launched", "interval"),
+    [
+        # 2025-11-10, config 88 (TP 4) and its export: dsr1_fp4_b200_docker.sh's --enable-ep-moe ran EP = TP
+        ("dsr1_b200_sglang_fp4_agg_8192x1024_c16_cfg88", (4, 1, 1, 4), 30),
+        ("2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c16_tp4_ep1_578", (4, 1, 1, 4), 30),
+        # 2025-11-10, config 99 (TP 8), and 2025-11-02 (dsr1-tmpl.yml's job: TP 8 at 8k/1k up to C 128)
+        ("dsr1_b200_sglang_fp4_agg_8192x1024_c16_cfg99", (8, 1, 1, 8), 30),
+        ("dsr1_b200_sglang_fp4_agg_8192x1024_c32_cfg99", (8, 1, 1, 8), 30),
+    ],
+)
+def test_the_november_fp4_b200_rows_without_an_image_run_their_docker_script_at_ep_tp(
+    row_id: str, launched: tuple[int, int, int, int], interval: int
+) -> None:
+    row = _silicon_row(row_id)
+    assert "image=" not in row["silicon_data_source"] and "lmsysorg" not in row["silicon_data_source"]
+    key = validate.launch_key(row)
+    assert key is not None and key[4] == validate.NO_IMAGE
+    layout = validate.parallelism(row)[:4]
+    assert layout[3] == 1  # the rows record MoE TP = TP, EP 1
+    launch = validate.recorded_launch(row, "agg", layout)
+    assert launch is not None and "dsr1_fp4_b200_docker.sh as of 4b860b78e" in launch.script
+    assert launch.layout == launched
+    assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size) == (0.85, "fp8", 16384)
+    assert (launch.max_running_requests, launch.cuda_graph_max_bs) == (256, 256)
+    assert validate.scheduler_recv_interval(launch, int(row["batch_size"])) == interval
+    assert validate.scheduler_recv_interval(launch, 8) == 10
+    replayed, skipped, _ = validate.silicon_rows([row], {})
+    assert not skipped and len(replayed) == 1
+    engine = replayed[0].engine
+    assert (engine.tp, engine.moe_ep) == (launched[0], launched[3]) and validate.LAUNCHES[engine] is launch
+
+
+def test_the_tp8_fp4_rows_of_2025_11_10_follow_that_days_search_space() -> None:
+    # nvidia-master.yaml before d8fe8f73e: TP 8 runs 8k/1k only at C 4-16; on 2025-11-02 the job ran C 4-128
+    row = _silicon_row("dsr1_b200_sglang_fp4_agg_8192x1024_c16_cfg99")
+    layout = validate.parallelism(row)[:4]
+    assert validate.recorded_launch({**row, "batch_size": "32"}, "agg", layout) is None
+    assert validate.recorded_launch({**row, "isl": "1024", "batch_size": "128"}, "agg", layout) is not None
+    # a dated row without an image on a day nothing is recorded for keeps SGLang's defaults
+    other_day = row["silicon_data_source"].replace("measured=2025-11-10", "measured=2025-11-11")
+    assert validate.recorded_launch({**row, "silicon_data_source": other_day}, "agg", layout) is None
+
+
+def test_the_fp8_b200_rows_of_2025_11_18_ran_ep8_with_the_docker_script() -> None:
+    # config 199 records tp_size 64 = TP 8 x EP 8 (nvidia-master.yaml's ep: 8 between d8fe8f73e and 189ae51cc)
+    for row_id in (
+        "dsr1_b200_sglang_fp8_agg_8192x1024_c16_cfg199",
+        "2026_04_06_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c16_tp8_ep8_1041",
+    ):
+        row = _silicon_row(row_id)
+        layout = validate.parallelism(row)[:4]
+        assert layout == (8, 1, 1, 8)
+        launch = validate.recorded_launch(row, "agg", layout)
+        assert launch is not None and "dsr1_fp8_b200_docker.sh at d8fe8f73e" in launch.script
+        assert launch.layout is None
+        flags = (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size)
+        assert flags == (0.82, "fp8", 32768)
+        assert (launch.max_prefill_tokens, launch.max_running_requests, launch.cuda_graph_max_bs) == (32768, 128, 128)
+        assert validate.scheduler_recv_interval(launch, 16) == 30
+        assert validate.recorded_launch({**row, "batch_size": "128"}, "agg", layout) is None  # C 4-64 only
+
+
+def test_the_glm5_fp8_b200_rows_are_tied_to_their_script_and_still_refused() -> None:
+    # glm5_fp8_b200.sh at 13930ca61: FP8 KV, 0.85, 32768 / 32768, running requests = CUDA graphs = C, no recv interval
+    for row_id in (
+        "2026_03_25_glm_5_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp8_0_ep1_0_484",
+        "2026_04_06_glm_5_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp8_ep1_1939",
+    ):
+        row = _silicon_row(row_id)
+        layout = validate.parallelism(row)[:4]
+        launch = validate.recorded_launch(row, "agg", layout)
+        assert launch is not None and "glm5_fp8_b200.sh at 13930ca61" in launch.script
+        assert (launch.mem_fraction_static, launch.kv_cache_dtype, launch.chunked_prefill_size) == (0.85, "fp8", 32768)
+        assert (launch.max_running_requests, launch.cuda_graph_max_bs) == (16, 16)
+        assert validate.scheduler_recv_interval(launch, 16) == 1
+        replayed, skipped, _ = validate.silicon_rows([row], {})
+        assert not replayed and "DSA" in next(iter(skipped))  # aiconfigurator-core 0.12.0 has no such DSA data

@@ -590,6 +590,14 @@ class PDRole:
             enter its batch spends that scheduler iteration on them, so its running requests skip the step; with
             attention-DP the rank runs an idle forward for the other ranks' step (False: SGLang ≥ 0.5.10, which
             merges them and decodes in the same iteration).
+        scheduler_recv_interval: Decode role: SGLang's ``--scheduler-recv-interval`` (``SchedulerRecvSkipper``,
+            which ``recv_requests`` consults in ``event_loop_normal_disagg_decode`` / ``_overlap_`` too, SGLang
+            0.5.5.post2-0.5.10.post1): while the engine decodes, a new request waits, before its preallocation, until
+            the decode iterations since the last receive reach the interval (weight 1 each); the iteration after a
+            prebuilt one (weight 1,000) and an idle engine (its loop spins through the count) receive at once.
+            The skipper refuses attention-DP (it asserts ``not enable_dp_attention``). A prefill engine's every
+            forward weighs 1,000 and its idle loop spins, so it receives every iteration either way: not modelled
+            there. 1: every iteration receives (SGLang's default).
     """
 
     steps: StepTimes
@@ -603,6 +611,7 @@ class PDRole:
     link_bytes_per_s: float = math.inf
     max_running_requests: int | None = None
     prebuilt_step: bool = False
+    scheduler_recv_interval: int = 1
 
 
 @dataclass
@@ -667,6 +676,7 @@ class _DecodeRank:
     prealloc: deque[_PDRequest] = field(default_factory=deque)  # waiting for a preallocation
     arrived: deque[_PDRequest] = field(default_factory=deque)  # KV transferred, joins at the next step
     resume: deque[_Request] = field(default_factory=deque)  # retracted (offloaded), resumed first
+    inbox: deque[_PDRequest] = field(default_factory=deque)  # sent, not yet received (--scheduler-recv-interval)
 
 
 def replay_disagg_closed_loop(
@@ -718,6 +728,8 @@ def replay_disagg_closed_loop(
     for role in (prefill, decode):
         if role.workers < 1 or role.ranks < 1 or role.pool_tokens <= 0:
             raise ReplayError("each PD role needs workers >= 1, ranks >= 1 and a positive KV pool")
+    if decode.scheduler_recv_interval > 1 and decode.ranks > 1:
+        raise ReplayError("SGLang's --scheduler-recv-interval does not run with attention-DP (SchedulerRecvSkipper)")
     total = rounds * concurrency
     rng = np.random.RandomState(seed)
     isls = benchmark_lengths(isl, total, range_ratio, rng)
@@ -763,6 +775,22 @@ def replay_disagg_closed_loop(
     next_p = next_d = 0
     running_p: dict[int, list[list[tuple[_Request, int, int]]]] = {}
     prebuilt_of: dict[int, list[bool]] = {}  # decode worker -> its ranks on a prebuilt iteration this step
+    recv_interval = decode.scheduler_recv_interval
+    recv_count = [0] * decode.workers  # SchedulerRecvSkipper's counter of each decode engine
+
+    def decode_idle(worker: int) -> bool:
+        """Whether the engine runs no batch now (its loop spins through the receive count)."""
+        ranks = d_ranks[worker * decode.ranks : (worker + 1) * decode.ranks]
+        return not d_busy[worker] and not any(rank.sched.running or rank.arrived or rank.resume for rank in ranks)
+
+    def receive(worker: int, now: float) -> None:
+        recv_count[worker] = 0
+        for r in range(worker * decode.ranks, (worker + 1) * decode.ranks):
+            rank = d_ranks[r]
+            if rank.inbox:
+                rank.prealloc.extend(rank.inbox)
+                rank.inbox.clear()
+                preallocate(r, now)
 
     def send(now: float) -> None:
         nonlocal sent, next_p, next_d
@@ -773,6 +801,9 @@ def replay_disagg_closed_loop(
         dw, next_d = next_d, (next_d + 1) % decode.workers
         job.prefill_rank = pw * prefill.ranks + job.room % prefill.ranks
         job.decode_rank = dw * decode.ranks + job.room % decode.ranks
+        if recv_interval > 1 and not decode_idle(dw):
+            d_ranks[job.decode_rank].inbox.append(job)  # received at a later iteration of the busy engine
+            return
         d_ranks[job.decode_rank].prealloc.append(job)
         preallocate(job.decode_rank, now)
 
@@ -856,6 +887,10 @@ def replay_disagg_closed_loop(
         if d_busy[worker]:
             return
         ranks = d_ranks[worker * decode.ranks : (worker + 1) * decode.ranks]
+        if recv_interval > 1:
+            recv_count[worker] += RECV_SKIPPER_WEIGHT_DECODE  # the iteration before: a decode step (or an idle loop)
+            if recv_count[worker] >= recv_interval:
+                receive(worker, now)
         prebuilt = [False] * len(ranks)
         for offset, rank in enumerate(ranks):
             s = rank.sched
@@ -893,6 +928,8 @@ def replay_disagg_closed_loop(
                     victim = s.waiting.popleft()
                     victim.kv = victim.target
                     rank.resume.append(victim)
+        if recv_interval > 1 and decode.prebuilt_step and any(prebuilt):
+            receive(worker, now)  # the prebuilt iteration weighs RECV_SKIPPER_WEIGHT_DEFAULT: the next one receives
         stepping = [rank for rank, built in zip(ranks, prebuilt, strict=True) if not built]
         if not (decode.prebuilt_step and decode.ranks > 1) or not any(rank.sched.running for rank in stepping):
             # one rank, or no rank left to decode: the prebuilt iteration runs no forward, the next one decodes all
@@ -900,6 +937,8 @@ def replay_disagg_closed_loop(
             stepping = ranks
         busiest = max(len(rank.sched.running) for rank in stepping)
         if not busiest:
+            if recv_interval > 1 and any(rank.inbox for rank in ranks):
+                receive(worker, now)  # idle: the loop spins through the count
             return
         skipped += sum(1 for rank, built in zip(ranks, prebuilt, strict=True) if built and rank.sched.running)
         prebuilt_of[worker] = prebuilt
