@@ -152,14 +152,14 @@ def _slowest_delays_s(bursts_s: list[float], spread_s: float, trajectories: int)
     formula at μ = 0, σ = 1, ``0.5·(1 + erf(x/√2))`` (CPython 3.10-3.13 ``statistics``; ``x − 0`` and ``1·√2`` are
     exact), so each term is the scalar path's.
     """
-    general = [i for i, b in enumerate(bursts_s) if b > 0] if trajectories > 1 and spread_s > 0 else []
-    vectorised = set(general)
-    out = [0.0 if i in vectorised else slowest_delay_s(b, spread_s, trajectories) for i, b in enumerate(bursts_s)]
-    if not general:
-        return out
-    burst = np.array([bursts_s[i] for i in general], dtype=float)
+    if trajectories <= 1 or spread_s <= 0:
+        return [slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
+    unique = list(dict.fromkeys(b for b in bursts_s if b > 0))  # configurations of one prefill capacity share it
+    if not unique:
+        return [slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
+    burst = np.array(unique, dtype=float)
     grid = burst[:, None] * (np.arange(64) + 0.5) / 64
-    lo, hi = np.zeros(len(general)), burst + 10 * spread_s
+    lo, hi = np.zeros(len(unique)), burst + 10 * spread_s
     erf = np.frompyfunc(math.erf, 1, 1)
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -168,9 +168,8 @@ def _slowest_delays_s(bursts_s: list[float], spread_s: float, trajectories: int)
         later = trajectories * sums / 64
         up = later > 1
         lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
-    for i, delay in zip(general, ((lo + hi) / 2).tolist(), strict=True):
-        out[i] = delay
-    return out
+    delays = dict(zip(unique, ((lo + hi) / 2).tolist(), strict=True))
+    return [delays[b] if b > 0 else slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
 
 
 class ModeObservation(Frozen):
@@ -1687,13 +1686,13 @@ class _LaneCycle:
         return result
 
     def _spread(self, decoding_share: np.ndarray, iteration_s: np.ndarray) -> np.ndarray:
-        """:meth:`ImprovedMakespanModel._cycle_spread` lane by lane (``math.hypot``, as the scalar path)."""
-        cv, std, r = self.model.params.generated_tokens_cv, self.workload.env_time_std_s, self.r
-        out = []
-        for share, it in zip(decoding_share.tolist(), iteration_s.tolist(), strict=True):
-            d = r * it
-            out.append(0.0 if share <= 0 or d <= 0 else math.hypot(cv, std / d) * min(share, 1.0))
-        return np.array(out, dtype=float)
+        """:meth:`ImprovedMakespanModel._cycle_spread` in lanes, its ``math.hypot`` lane by lane (numpy's is another
+        algorithm, not always the same last bit)."""
+        d = self.r * iteration_s
+        cv = self.model.params.generated_tokens_cv
+        hypot = np.array(list(map(math.hypot, itertools.repeat(cv), (self.workload.env_time_std_s / d).tolist())))
+        result: np.ndarray = np.where((decoding_share <= 0) | (d <= 0), 0.0, hypot * np.minimum(decoding_share, 1.0))
+        return result
 
     def flow(self, n: np.ndarray) -> tuple[_LaneFlow, np.ndarray, np.ndarray]:
         """(:meth:`ImprovedMakespanModel._flow`, its ``kv_limited`` and ``retractions``) with n decoding, in lanes."""
