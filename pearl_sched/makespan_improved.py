@@ -147,8 +147,10 @@ _SQRT2 = math.sqrt(2.0)
 
 
 def _slowest_delays_s(bursts_s: list[float], spread_s: float, trajectories: int) -> list[float]:
-    """:func:`slowest_delay_s` at many bursts, float for float: the bisections in lanes, the CDFs' ``math.erf`` and
-    the sums over the grid lane by lane (Python's, as the scalar path). The normal CDF is ``NormalDist().cdf``'s
+    """:func:`slowest_delay_s` at many bursts, float for float (once per distinct burst).
+
+    The bisections run in lanes, the CDFs' ``math.erf`` and the sums over the grid lane by lane (Python's, as the
+    scalar path). The normal CDF is ``NormalDist().cdf``'s
     formula at μ = 0, σ = 1, ``0.5·(1 + erf(x/√2))`` (CPython 3.10-3.13 ``statistics``; ``x − 0`` and ``1·√2`` are
     exact), so each term is the scalar path's.
     """
@@ -1686,8 +1688,10 @@ class _LaneCycle:
         return result
 
     def _spread(self, decoding_share: np.ndarray, iteration_s: np.ndarray) -> np.ndarray:
-        """:meth:`ImprovedMakespanModel._cycle_spread` in lanes, its ``math.hypot`` lane by lane (numpy's is another
-        algorithm, not always the same last bit)."""
+        """:meth:`ImprovedMakespanModel._cycle_spread` in lanes.
+
+        Its ``math.hypot`` is called lane by lane: numpy's is another algorithm, not always the same last bit.
+        """
         d = self.r * iteration_s
         cv = self.model.params.generated_tokens_cv
         hypot = np.array(list(map(math.hypot, itertools.repeat(cv), (self.workload.env_time_std_s / d).tolist())))

@@ -2,8 +2,8 @@
 
 Each lane is held to ``predict(workload, capacity).total_s`` exactly (``==``, not approx) on random workloads, serving
 settings and configurations of both modes, with and without workers of declared sizes (the gateway's split of a
-mixed-size role included). The improved prediction is not monotone in capacity, so it gets no bound (docs/formulation.md,
-"Ranking by predict"); the last test pins the counterexample the docs quote.
+mixed-size role included). The improved prediction is not monotone in capacity, so it gets no bound
+(docs/formulation.md, "Ranking by predict"); the last test pins the counterexample the docs quote.
 """
 
 from __future__ import annotations
