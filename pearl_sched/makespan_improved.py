@@ -1568,8 +1568,7 @@ class ImprovedMakespanModel:
             total = total + (
                 lanes.iteration_s * b / (capacity * per_worker) + self._per_seq_s(workload, ph.context) * b / capacity
             )
-        result: np.ndarray = s * r * total / PHASES
-        return result
+        return np.asarray(s * r * total / PHASES, dtype=float)
 
     def _lanes_bandwidth(self, prefill_capacity: np.ndarray) -> np.ndarray | float:
         """:meth:`_bandwidth` in lanes."""
