@@ -1514,7 +1514,7 @@ class ImprovedMakespanModel:
         s, b = workload.turns, workload.batch_size
         env = workload.env_time_s
         colocated = mode is Mode.COLOCATED
-        states = [self._lanes_solve(workload, mode, lanes, ph) for ph in phases]
+        states = self._lanes_solve(workload, mode, lanes, phases)
         prefill_capacity = lanes.cap_p  # colocated: cap_p is the colocated capacity
         caps = prefill_capacity.tolist()
         burst = [self._burst_s(workload, e) / e for e in caps]
@@ -1579,13 +1579,15 @@ class ImprovedMakespanModel:
             return result
         return link * 1.0
 
-    def _lanes_solve(self, workload: Workload, mode: Mode, lanes: _Lanes, phase: Phase) -> _LaneState:
-        """:meth:`_solve` (corrected) in lanes: the same bisection in every lane, the KV cap where it binds."""
-        b_total = phase.trajectories
+    def _lanes_solve(self, workload: Workload, mode: Mode, lanes: _Lanes, phases: list[Phase]) -> list[_LaneState]:
+        """:meth:`_solve` (corrected) of every phase in lanes; one state per phase.
+
+        The same bisection in every (phase, configuration) lane, the KV cap where it binds.
+        """
         r = workload.generated_tokens_per_turn
-        footprint = self._footprint(workload, mode, phase.context)
-        n_max = np.minimum(float(b_total), lanes.cap_d * lanes.m / footprint)
-        cycle = _LaneCycle(self, workload, mode, lanes, phase)
+        cycle = _LaneCycle(self, workload, mode, lanes, phases)
+        b_total = cycle.b
+        n_max = np.minimum(b_total, cycle.cap_d * cycle.m / cycle.footprint)
         top = cycle.core(n_max)
         capped = (n_max < b_total) & (b_total * r * top.iteration_s / top.cycle_s >= n_max * (1 - 1e-12))
         lo, hi = np.full(n_max.shape, 1e-9), n_max
@@ -1594,8 +1596,16 @@ class ImprovedMakespanModel:
             core = cycle.core(mid)
             up = b_total * r * core.iteration_s / core.cycle_s > mid
             lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
-        n = np.where(capped, n_max, (lo + hi) / 2)
-        return cycle.core(n)
+        state = cycle.core(np.where(capped, n_max, (lo + hi) / 2))
+        width = len(lanes.cap_d)
+        return [
+            _LaneState(
+                iteration_s=state.iteration_s[part],
+                cycle_s=state.cycle_s[part],
+                flow=_LaneFlow(*(field[part] for field in state.flow)),
+            )
+            for part in (slice(j * width, (j + 1) * width) for j in range(len(phases)))
+        ]
 
 
 class _Lanes(NamedTuple):
@@ -1637,50 +1647,77 @@ def _lane_means(terms: list[np.ndarray]) -> np.ndarray:
 
 
 class _LaneCycle:
-    """:meth:`ImprovedMakespanModel._solve`'s ``core`` and ``_flow`` for one phase, in lanes (corrected, t_p)."""
+    """:meth:`ImprovedMakespanModel._solve`'s ``core`` and ``_flow`` in lanes (corrected, t_p per token).
 
-    def __init__(self, model: ImprovedMakespanModel, workload: Workload, mode: Mode, lanes: _Lanes, phase: Phase):
+    A lane is a (phase, configuration) pair, phase-major: what :meth:`ImprovedMakespanModel._solve` takes from the
+    phase (its trajectories, context, footprint, per-sequence cost, held tokens) is repeated over the
+    configurations, what it takes from the configuration (capacities, pools, A) is tiled over the phases; each
+    lane's floats are the scalar path's for that phase and configuration.
+    """
+
+    def __init__(
+        self, model: ImprovedMakespanModel, workload: Workload, mode: Mode, lanes: _Lanes, phases: list[Phase]
+    ) -> None:
         serving = model.params.serving
-        self.model, self.workload, self.lanes, self.phase = model, workload, lanes, phase
+        self.model, self.workload, self.serving = model, workload, serving
         self.colocated = mode is Mode.COLOCATED
-        self.serving = serving
+        count = len(phases)
+
+        def by_phase(values: list[float]) -> np.ndarray:
+            return np.repeat(np.array(values, dtype=float), len(lanes.cap_d))
+
+        self.cap_d, self.cap_p = np.tile(lanes.cap_d, count), np.tile(lanes.cap_p, count)
+        self.m, self.m_prefill = np.tile(lanes.m, count), np.tile(lanes.m_prefill, count)
+        self.fixed_iteration_s = np.tile(lanes.iteration_s, count)
+        self.b = by_phase([ph.trajectories for ph in phases])
+        self.c = by_phase([ph.context for ph in phases])
+        self.footprint = by_phase([model._footprint(workload, mode, ph.context) for ph in phases])
+        self.per_seq_s = by_phase([model._per_seq_s(workload, ph.context) for ph in phases])
+        held = [model._held(workload, mode, ph.context) for ph in phases]
+        self.held = by_phase(held)
         self.r, self.dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
         self.t_p = model._prefill_per_token_s(workload)
         self.env = workload.env_time_per_turn_s
         self.kv = workload.kv_bytes_per_token
-        self.bandwidth = model._lanes_bandwidth(lanes.cap_p)
+        self.bandwidth = model._lanes_bandwidth(self.cap_p)
         self.mixed = serving.mixed_step_factor if serving.enable_mixed_chunk else 1.0
-        self.footprint = model._footprint(workload, mode, phase.context)
-        self.per_seq_s = model._per_seq_s(workload, phase.context)
-        self.held = model._held(workload, mode, phase.context)
         self.gamma, self.floor = model._correction(workload, mode)
-        self.finite_m = np.isfinite(lanes.m)
+        self.finite_m = np.isfinite(self.m)
         self.later = max(workload.turns - 1.0, 0.0) / workload.turns
         self.overhead_s = model.params.pearl.switch_overhead_s if self.colocated else 0.0
-        b = phase.trajectories
         # Retractions (_flow): a measured rate, else the estimate where the pool is full (colocated), a constant of
         # the phase's context.
         observed = serving.observed(mode)
         self.observed_retractions = None if observed is None else observed.retractions_per_turn
-        c = phase.context
-        max_new = max(workload.max_context_tokens - c, 1.0) if workload.max_context_tokens else CLIP_MAX_NEW_TOKENS
-        reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
-        self.retraction_estimate = max(0.0, self.r - reserve) / self.footprint
-        # The group-shared prompt (_group_prompt): its router factor depends on the lane's workers only.
+        estimates = []
+        for ph in phases:
+            c = ph.context
+            top = workload.max_context_tokens
+            max_new = max(top - c, 1.0) if top else CLIP_MAX_NEW_TOKENS
+            reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
+            estimates.append(max(0.0, self.r - reserve) / model._footprint(workload, mode, c))
+        self.retraction_estimate = by_phase(estimates)
+        # The group-shared prompt (_group_prompt): 0 where the phase's prompt is; its router factor depends on the
+        # phase's live members and the configuration's workers only.
         self.sharing = model._sharing()
-        self.prompt = min(workload.prompt_tokens, self.held)
-        self.groups = 0.0
-        self.group_router = np.ones(len(lanes.cap_d))
-        if self.sharing and self.prompt > 0:
-            members, self.groups = model._group_members(workload, b)
-            workers = lanes.cap_d if self.colocated else lanes.cap_p
-            self.group_router = np.array([model._group_router(members, w) for w in workers.tolist()], dtype=float)
+        prompts = [min(workload.prompt_tokens, h) for h in held]
+        self.prompt = by_phase(prompts)
+        self.group_on = self.prompt > 0
+        groups, router = [], []
+        workers = (lanes.cap_d if self.colocated else lanes.cap_p).tolist()
+        for ph, prompt in zip(phases, prompts, strict=True):
+            members, live_groups = model._group_members(workload, ph.trajectories)
+            groups.append(live_groups)
+            sharing = self.sharing and prompt > 0
+            router += [model._group_router(members, w) if sharing else 1.0 for w in workers]
+        self.groups = by_phase(groups)
+        self.group_router = np.array(router, dtype=float)
         cache_aware = serving.router == "cache_aware"
-        self.router_d = 1.0 if cache_aware else 1.0 / np.maximum(lanes.cap_d, 1.0)
-        self.router_p = 1.0 if cache_aware else 1.0 / np.maximum(lanes.cap_p, 1.0)
+        self.router_d = 1.0 if cache_aware else 1.0 / np.maximum(self.cap_d, 1.0)
+        self.router_p = 1.0 if cache_aware else 1.0 / np.maximum(self.cap_p, 1.0)
 
     @staticmethod
-    def _retention(free: np.ndarray, idle_per_worker: np.ndarray, context: float) -> np.ndarray:
+    def _retention(free: np.ndarray, idle_per_worker: np.ndarray, context: np.ndarray) -> np.ndarray:
         """:meth:`ImprovedMakespanModel._retention` in lanes."""
         kept = np.minimum(1.0, np.maximum(0.0, free) / (idle_per_worker * context))
         result: np.ndarray = np.where((idle_per_worker <= 1e-12) | (context <= 0) | np.isinf(free), 1.0, kept)
@@ -1699,10 +1736,10 @@ class _LaneCycle:
 
     def flow(self, n: np.ndarray) -> tuple[_LaneFlow, np.ndarray, np.ndarray]:
         """(:meth:`ImprovedMakespanModel._flow`, its ``kv_limited`` and ``retractions``) with n decoding, in lanes."""
-        lanes, serving = self.lanes, self.serving
-        r, dl, c, b = self.r, self.dl, self.phase.context, self.phase.trajectories
-        m, f, held = lanes.m, self.footprint, self.held
-        decode_workers = lanes.cap_d
+        serving = self.serving
+        r, dl, c, b = self.r, self.dl, self.c, self.b
+        m, f, held = self.m, self.footprint, self.held
+        decode_workers = self.cap_d
         decode_hit: np.ndarray | float = 0.0
         hit: np.ndarray
         if serving.perfect_cache:
@@ -1711,9 +1748,9 @@ class _LaneCycle:
             free = m - n / decode_workers * f
             hit = self._retention(free, (b - n) / decode_workers, c) * self.router_d
         else:
-            share = self._retention(lanes.m_prefill, b / lanes.cap_p, held)
-            iteration_s = lanes.iteration_s + self.per_seq_s * n / decode_workers
-            spread = self._spread(n / b if b > 0 else np.ones(n.shape), iteration_s)
+            share = self._retention(self.m_prefill, b / self.cap_p, held)
+            iteration_s = self.fixed_iteration_s + self.per_seq_s * n / decode_workers
+            spread = self._spread(n / b, iteration_s)  # b ≥ 1: a phase has at least one live trajectory
             s = np.minimum(spread, 1.0)
             lru = np.where(s <= 0, 0.0, np.maximum(0.0, 1.0 - (1.0 - share) / s))
             hit = np.where(share >= 1.0, 1.0, lru) * self.router_p
@@ -1723,12 +1760,12 @@ class _LaneCycle:
         if not serving.perfect_cache:
             hit = np.minimum(1.0, np.maximum(hit * self.gamma, self.floor))
         group: np.ndarray | float = 0.0
-        if self.sharing and self.prompt > 0:
+        if self.sharing:
             if self.colocated:
                 held_share = self._retention(m - n / decode_workers * f, self.groups / decode_workers, self.prompt)
             else:
-                held_share = self._retention(lanes.m_prefill, self.groups / lanes.cap_p, self.prompt)
-            group = self.group_router * held_share * self.prompt
+                held_share = self._retention(self.m_prefill, self.groups / self.cap_p, self.prompt)
+            group = np.where(self.group_on, self.group_router * held_share * self.prompt, 0.0)
         limited = self.finite_m & (n >= decode_workers * m / f * (1 - 1e-9))
         retractions: np.ndarray
         if self.observed_retractions is not None:
@@ -1759,15 +1796,15 @@ class _LaneCycle:
 
     def core(self, n: np.ndarray) -> _LaneState:
         """``core(n)`` of :meth:`ImprovedMakespanModel._solve` in lanes: τ, C and the flow with n decoding."""
-        lanes, r, b_total = self.lanes, self.r, self.phase.trajectories
+        r, b_total = self.r, self.b
         flow, limited, _ = self.flow(n)
         x = flow.prefill_tokens
         turn_s = x * self.t_p
         own_prefill = turn_s + self.overhead_s
-        plain = lanes.iteration_s + self.per_seq_s * n / lanes.cap_d
+        plain = self.fixed_iteration_s + self.per_seq_s * n / self.cap_d
         stolen: np.ndarray | float = 0.0
         if self.colocated:
-            stolen = self.mixed * self.t_p * b_total * x / lanes.cap_p
+            stolen = self.mixed * self.t_p * b_total * x / self.cap_p
             rest = self.env + own_prefill
             span = stolen + rest + r * plain
             cycle = (span + np.sqrt(np.maximum(span * span - 4 * stolen * rest, 0.0))) / 2
