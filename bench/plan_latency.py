@@ -30,6 +30,11 @@ case with ``PolicyConfig(rank_by_predict=False)`` (the MILP's surrogate ranks, a
 end in ``ranking=surrogate``. With ``--compare`` the revision runs with the same option, so the option's cost
 before and after a change comes from one run, with its plans compared.
 
+``--model improved`` runs the mixed-size case with the improved predictor
+(:class:`~pearl_sched.makespan_improved.ImprovedMakespanModel` on the example's PEARL parameters, each non-reference
+size's own KV pool its device's H_max/K, SGLang's other defaults) in place of PEARL's; the ``sizes=1`` cases keep
+PEARL's. Its lines end in ``model=improved`` (REF's too with ``--compare``).
+
 ``--compare REF`` measures plan() at git revision REF too (its tree unpacked to a temporary folder with
 ``git archive``, this bench run there against REF's code for the same cases), so before and after come from one
 run under one load: each case's line for the working tree (``code=worktree``) is followed by REF's
@@ -46,6 +51,7 @@ models, placing workers, building the plan. It is the most a faster planner arou
 
 Usage: python bench/plan_latency.py [--sizes 16,64,...] [--repeats 7] [--backends highs,cpsat,...]
     [--worker-sizes one,mixed] [--compare REF] [--rank-by-predict | --rank-by-surrogate] [--breakdown]
+    [--model pearl|improved]
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pearl_sched import GPU, Budget, ClusterState, PearlMakespanModel, Role, Status, Worker, Zone, plan
 from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.makespan import MakespanModel
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams, ServingParams, SizePool
 from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.reference import PARAMS, reference_workload
 from pearl_sched.request import PlanRequest
@@ -81,6 +88,17 @@ MIXED = PlanRequest.model_validate_json(
     (Path(__file__).resolve().parent.parent / "examples" / "mixed-sizes.json").read_text()
 )
 MIXED_MODEL = PearlMakespanModel(MIXED.model)
+
+
+def improved_mixed_model() -> MakespanModel:
+    """The improved predictor on the mixed-size example (``--model improved``): each other size's pool its H_max/K."""
+    k = MIXED.state.workload.kv_bytes_per_token
+    pools = tuple(
+        SizePool(gpu_type=d.gpu_type, tp=d.tp, kv_pool_tokens=d.kv_capacity_bytes / k) for d in MIXED.model.devices[1:]
+    )
+    return ImprovedMakespanModel(ImprovedParams(pearl=MIXED.model, serving=ServingParams(size_pools=pools)))
+
+
 MIXED_LABEL = "P1/2/4,D2/4/8,C2/4/8"
 
 
@@ -156,6 +174,8 @@ def measure(
     """Wall and CPU milliseconds of each plan() call, and the last plan."""
     times, cpu, result = [], [], None
     for _ in range(repeats):
+        if isinstance(model, ImprovedMakespanModel):  # a fresh one: its memo of predictions would answer the repeats
+            model = ImprovedMakespanModel(model.params)
         start, start_cpu = time.perf_counter(), time.process_time()
         result = plan(state, model, backend=backend, time_limit_s=30.0, costs=costs, policy=policy)
         times.append((time.perf_counter() - start) * 1000)
@@ -249,6 +269,7 @@ def reference_lines(tree: Path, gpus: int, args: argparse.Namespace) -> dict[tup
     command += [str(args.repeats), "--backends", args.backends, "--worker-sizes", args.worker_sizes]
     command += ["--rank-by-predict"] if args.rank_by_predict else []
     command += ["--rank-by-surrogate"] if args.rank_by_surrogate else []
+    command += ["--model", args.model] if args.model != "pearl" else []
     env = {**os.environ, DATA_ENV: str(default_data())}
     out = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True).stdout
     lines = {}
@@ -267,6 +288,12 @@ def main() -> None:
     parser.add_argument("--compare", metavar="REF", help="also measure the code at this git revision")
     parser.add_argument(
         "--breakdown", action="store_true", help="after each default-backend case, where its CPU time goes"
+    )
+    parser.add_argument(
+        "--model",
+        choices=["pearl", "improved"],
+        default="pearl",
+        help="the mixed-size case's predictor (lines end in model=improved; REF's too with --compare)",
     )
     ranking = parser.add_mutually_exclusive_group()
     ranking.add_argument(
@@ -297,6 +324,9 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
     suffix = " ranking=predict" if args.rank_by_predict else ""
     if args.rank_by_surrogate:
         policy, suffix = PolicyConfig(rank_by_predict=False), " ranking=surrogate"
+    if args.model != "pearl":
+        suffix += f" model={args.model}"
+    mixed_model = improved_mixed_model() if args.model == "improved" else MIXED_MODEL
     same = compared = 0
     for gpus in (int(s) for s in args.sizes.split(",")):
         reference = reference_lines(tree, gpus, args) if tree is not None else {}
@@ -304,7 +334,7 @@ def run_cases(args: argparse.Namespace, tree: Path | None) -> None:
         if "one" in cases:
             runs += [(types, "1", cluster(gpus, types), MODEL, None) for types in (1, 2)]
         if "mixed" in cases:
-            runs.append((2, MIXED_LABEL, mixed_cluster(gpus), MIXED_MODEL, MIXED.costs))
+            runs.append((2, MIXED_LABEL, mixed_cluster(gpus), mixed_model, MIXED.costs))
         for types, label, state, model, costs in runs:
             for backend in args.backends.split(","):
                 times, cpu, result = measure(state, backend, args.repeats, model, costs, policy)

@@ -69,11 +69,14 @@ a grid of capacities (a secant surrogate, exact in PEARL's limit); the plan repo
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Literal, NamedTuple
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from pearl_sched.makespan import (
@@ -110,10 +113,13 @@ SURROGATE_POINTS = 24
 is fitted over."""
 
 
+@functools.lru_cache(maxsize=1024)
 def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float:
     """Characteristic largest of ``trajectories`` i.i.d. delays U·burst + N(0, spread²), U uniform on [0, 1].
 
-    It is the t at which the expected number of trajectories later than t is one.
+    It is the t at which the expected number of trajectories later than t is one. Memoised by its arguments (a
+    60-step bisection over 64 normal CDFs, a sixth of predict's time; predict asks it again at every configuration
+    with the same prefill capacity).
     """
     if trajectories <= 1:
         return burst_s / 2
@@ -135,6 +141,37 @@ def slowest_delay_s(burst_s: float, spread_s: float, trajectories: int) -> float
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def _slowest_delays_s(bursts_s: list[float], spread_s: float, trajectories: int) -> list[float]:
+    """:func:`slowest_delay_s` at many bursts, float for float (once per distinct burst).
+
+    The bisections run in lanes, the CDFs' ``math.erf`` and the sums over the grid lane by lane (Python's, as the
+    scalar path). The normal CDF is ``NormalDist().cdf``'s
+    formula at μ = 0, σ = 1, ``0.5·(1 + erf(x/√2))`` (CPython 3.10-3.13 ``statistics``; ``x − 0`` and ``1·√2`` are
+    exact), so each term is the scalar path's.
+    """
+    if trajectories <= 1 or spread_s <= 0:
+        return [slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
+    unique = list(dict.fromkeys(b for b in bursts_s if b > 0))  # configurations of one prefill capacity share it
+    if not unique:
+        return [slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
+    burst = np.array(unique, dtype=float)
+    grid = burst[:, None] * (np.arange(64) + 0.5) / 64
+    lo, hi = np.zeros(len(unique)), burst + 10 * spread_s
+    erf = np.frompyfunc(math.erf, 1, 1)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        cdf = 0.5 * (1.0 + erf((mid[:, None] - grid) / spread_s / _SQRT2).astype(float))
+        sums = np.array([sum(row) for row in (1 - cdf).tolist()], dtype=float)
+        later = trajectories * sums / 64
+        up = later > 1
+        lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+    delays = dict(zip(unique, ((lo + hi) / 2).tolist(), strict=True))
+    return [delays[b] if b > 0 else slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
 
 
 class ModeObservation(Frozen):
@@ -770,13 +807,26 @@ class ImprovedMakespanModel:
         return max(chunks, shared)
 
     def _flow(
-        self, workload: Workload, capacity: PoolCapacity, n: float, phase: Phase, *, corrected: bool = True
+        self,
+        workload: Workload,
+        capacity: PoolCapacity,
+        n: float,
+        phase: Phase,
+        *,
+        corrected: bool = True,
+        pools: _Pools | None = None,
     ) -> _Flow:
-        """Hits, tokens prefilled and sent per turn, and retractions, in ``phase`` with n trajectories decoding."""
+        """Hits, tokens prefilled and sent per turn, and retractions, in ``phase`` with n trajectories decoding.
+
+        ``pools``: ``self._pools(workload, capacity)`` where the caller has it (the fixed point's bisection calls this
+        some 40 times a phase on one configuration; resolving it again each time is a memo lookup that hashes the
+        workload and the capacity, a third of predict's time). The same object, so the same floats.
+        """
         serving = self.params.serving
         r, dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
         b, c = phase.trajectories, phase.context
-        pools = self._pools(workload, capacity)
+        if pools is None:
+            pools = self._pools(workload, capacity)
         capacity = pools.capacity
         mode = capacity.mode
         m = pools.kv_tokens[Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE]
@@ -1039,7 +1089,7 @@ class ImprovedMakespanModel:
 
         def core(n: float) -> tuple[float, float, float, float, _Flow]:
             """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
-            flow = self._flow(workload, capacity, n, phase, corrected=corrected)
+            flow = self._flow(workload, capacity, n, phase, corrected=corrected, pools=pools)
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
             turn_s = x * t_p if flow.prefill_s is None else flow.prefill_s
@@ -1341,7 +1391,9 @@ class ImprovedMakespanModel:
             - workload.env_time_per_turn_s
             + slowest_delay_s(burst, workload.env_time_std_s * math.sqrt(calls), b)
         )
-        flows = [self._flow(workload, capacity, st.decoding, ph) for st, ph in zip(states, phases, strict=True)]
+        flows = [
+            self._flow(workload, capacity, st.decoding, ph, pools=pools) for st, ph in zip(states, phases, strict=True)
+        ]
         decode_time = s * workload.generated_tokens_per_turn * _mean([st.iteration_s for st in states])
         own_prefill = s * _mean([st.prefill_s for st in states])
         if colocated:
@@ -1371,3 +1423,410 @@ class ImprovedMakespanModel:
             environment_s=env,
             overhead_s=0.0,
         )
+
+    # -- many configurations at once ----------------------------------------------------------------------------------
+    def predict_lanes_s(self, workload: Workload, capacities: Sequence[PoolCapacity]) -> np.ndarray:
+        """``predict(workload, capacity).total_s`` of each of ``capacities``, float for float, in numpy lanes.
+
+        The cycle's fixed point (:meth:`_solve`), the flows and the throughput bounds are run for every
+        configuration at once, elementwise in numpy, the same operations in the same order as :meth:`predict` (IEEE
+        arithmetic, so each lane equals ``predict``'s float); a configuration the gateway splits by size
+        (:meth:`_router_splits`) is its splits' largest total, as in ``predict``. The parts with a per-lane Python
+        function (``math.hypot``, ``math.pow``, a sum over the phases, the slowest trajectory's delay) call that
+        function lane by lane, so they too are ``predict``'s. Under a fitted prefill cost
+        (``ServingParams.charged_prefill_cost``) it calls ``predict`` configuration by configuration (not
+        vectorised). A configuration without capacity in a role its mode needs (``predict`` refuses it) is ``inf``.
+
+        Unlike :meth:`pearl_sched.makespan.PearlMakespanModel.predict_totals_s` it takes whole configurations (a
+        mixed-size role's prediction depends on its workers, not on its capacity alone) and it gives no bound: the
+        improved prediction is not monotone in capacity (docs/formulation.md, "Ranking by predict").
+
+        Args:
+            workload: The rollout batch.
+            capacities: The configurations, of either mode.
+
+        Returns:
+            The predicted makespan of each configuration, in seconds.
+        """
+        out = np.full(len(capacities), np.inf)
+        if self.params.serving.charged_prefill_cost is not None or workload.generated_tokens_per_turn <= 0:
+            for i, capacity in enumerate(capacities):  # not vectorised: predict, one by one
+                if self._has_capacity(workload, capacity):
+                    out[i] = self.predict(workload, capacity).total_s
+            return out
+        key = self._key(workload)
+        lanes: dict[Mode, tuple[list[PoolCapacity], list[int]]] = {
+            Mode.COLOCATED: ([], []),
+            Mode.DISAGGREGATED: ([], []),
+        }
+        for i, capacity in enumerate(capacities):
+            known = self._predictions.get((key, capacity))
+            if known is not None:
+                out[i] = known.total_s
+                continue
+            for split in self._router_splits(workload, capacity) or [capacity]:
+                lanes[split.mode][0].append(split)
+                lanes[split.mode][1].append(i)
+        best: dict[int, float] = {}
+        for mode, (configurations, owners) in lanes.items():
+            if not configurations:
+                continue
+            for i, total in zip(owners, self._lane_totals(workload, mode, configurations).tolist(), strict=True):
+                best[i] = max(best[i], total) if i in best else total
+        for i, total in best.items():
+            out[i] = total
+        return out
+
+    def _has_capacity(self, workload: Workload, capacity: PoolCapacity) -> bool:
+        """Whether the configuration has capacity in every role its mode needs (else ``predict`` raises)."""
+        cap = self._pools(workload, capacity).capacity
+        if cap.mode is Mode.COLOCATED:
+            return cap.colocated > 0
+        return cap.prefill > 0 and cap.decode > 0
+
+    def _lane_totals(self, workload: Workload, mode: Mode, configurations: list[PoolCapacity]) -> np.ndarray:
+        """:meth:`_predict`'s total (no gateway split) of each configuration of ``mode``, in lanes."""
+        pools = [self._pools(workload, c) for c in configurations]
+        colocated = mode is Mode.COLOCATED
+        role = Role.COLOCATED if colocated else Role.DECODE
+        cap_d = np.array([p.capacity.colocated if colocated else p.capacity.decode for p in pools], dtype=float)
+        cap_p = np.array([p.capacity.colocated if colocated else p.capacity.prefill for p in pools], dtype=float)
+        out = np.full(len(pools), np.inf)
+        valid = (cap_d > 0) & (cap_p > 0)
+        if not valid.any():
+            return out
+        pools = [p for p, ok in zip(pools, valid.tolist(), strict=True) if ok]
+        cap_d, cap_p = cap_d[valid], cap_p[valid]
+        lanes = _Lanes(
+            cap_d=cap_d,
+            cap_p=cap_p,
+            m=np.array([p.kv_tokens[role] for p in pools], dtype=float),
+            m_prefill=np.array([p.kv_tokens[Role.PREFILL] for p in pools], dtype=float),
+            iteration_s=np.array([p.iteration_s[role] for p in pools], dtype=float),
+        )
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out[valid] = self._lanes_predict(workload, mode, lanes)
+        return out
+
+    def _lanes_predict(self, workload: Workload, mode: Mode, lanes: _Lanes) -> np.ndarray:
+        """:meth:`_predict` after the split, in lanes (every lane has capacity)."""
+        phases = self.phases(workload)
+        s, b = workload.turns, workload.batch_size
+        env = workload.env_time_s
+        colocated = mode is Mode.COLOCATED
+        states = self._lanes_solve(workload, mode, lanes, phases)
+        prefill_capacity = lanes.cap_p  # colocated: cap_p is the colocated capacity
+        caps = prefill_capacity.tolist()
+        burst = [self._burst_s(workload, e) / e for e in caps]
+        calls = max(s - 1.0, 0.0)
+        spread = workload.env_time_std_s * math.sqrt(calls)
+        delay = np.array(_slowest_delays_s(burst, spread, b), dtype=float)
+        critical = s * _lane_means([st.cycle_s for st in states]) - workload.env_time_per_turn_s + delay
+        flows = [st.flow for st in states]
+        prefill_bound = self._lanes_prefill_bound_s(workload, lanes.cap_p, caps, flows, mode, phases)
+        decode_bound = self._lanes_decode_bound_s(workload, lanes.cap_d, mode, lanes, phases)
+        if colocated:
+            throughput = (
+                prefill_bound - np.array(burst, dtype=float) + decode_bound + s * self.params.pearl.switch_overhead_s
+            )
+            result: np.ndarray = np.maximum(critical, throughput + env)
+            return result
+        result = np.maximum(np.maximum(critical, prefill_bound + env), decode_bound + env)
+        return result
+
+    def _lanes_prefill_bound_s(
+        self,
+        workload: Workload,
+        capacity: np.ndarray,
+        caps: list[float],
+        flows: list[_LaneFlow],
+        mode: Mode,
+        phases: list[Phase],
+    ) -> np.ndarray:
+        """:meth:`_prefill_bound_s` in lanes (t_p per token: no fitted prefill cost)."""
+        s, b = workload.turns, workload.batch_size
+        t_p = self._prefill_per_token_s(workload)
+        turns = [s / PHASES * ph.trajectories for ph in phases]
+        tokens = _lane_sums([t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)])
+        prefilled = tokens + np.array([self._burst_tokens(workload, e) for e in caps], dtype=float)
+        work: np.ndarray = prefilled * t_p / capacity
+        if mode is Mode.DISAGGREGATED and workload.kv_bytes_per_token > 0:
+            sent = _lane_sums([t * f.transfer_tokens for t, f in zip(turns, flows, strict=True)])
+            sent += b * self._first_turn_transfer_tokens(workload)
+            work += sent * workload.kv_bytes_per_token / self._lanes_bandwidth(capacity)
+        return work
+
+    def _lanes_decode_bound_s(
+        self, workload: Workload, capacity: np.ndarray, mode: Mode, lanes: _Lanes, phases: list[Phase]
+    ) -> np.ndarray:
+        """:meth:`_decode_bound_s` in lanes."""
+        s, r = workload.turns, workload.generated_tokens_per_turn
+        total: np.ndarray | float = 0.0
+        for ph in phases:
+            b = ph.trajectories
+            per_worker = np.minimum(b / capacity, lanes.m / self._footprint(workload, mode, ph.context))
+            total = total + (
+                lanes.iteration_s * b / (capacity * per_worker) + self._per_seq_s(workload, ph.context) * b / capacity
+            )
+        return np.asarray(s * r * total / PHASES, dtype=float)
+
+    def _lanes_bandwidth(self, prefill_capacity: np.ndarray) -> np.ndarray | float:
+        """:meth:`_bandwidth` in lanes."""
+        p = self.params.pearl
+        link = self.params.serving.kv_transfer_bytes_per_s or p.kv_bandwidth_bytes_per_s
+        if p.kv_bandwidth_per_prefill_worker:
+            result: np.ndarray = link * prefill_capacity
+            return result
+        return link * 1.0
+
+    def _lanes_solve(self, workload: Workload, mode: Mode, lanes: _Lanes, phases: list[Phase]) -> list[_LaneState]:
+        """:meth:`_solve` (corrected) of every phase in lanes; one state per phase.
+
+        The same bisection in every (phase, configuration) lane, the KV cap where it binds.
+        """
+        r = workload.generated_tokens_per_turn
+        cycle = _LaneCycle(self, workload, mode, lanes, phases)
+        b_total = cycle.b
+        n_max = np.minimum(b_total, cycle.cap_d * cycle.m / cycle.footprint)
+        top = cycle.core(n_max)
+        capped = (n_max < b_total) & (b_total * r * top.iteration_s / top.cycle_s >= n_max * (1 - 1e-12))
+        lo, hi = np.full(n_max.shape, 1e-9), n_max
+        for _ in range(_BISECTION_STEPS):
+            mid = (lo + hi) / 2
+            core = cycle.core(mid)
+            up = b_total * r * core.iteration_s / core.cycle_s > mid
+            lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+        state = cycle.core(np.where(capped, n_max, (lo + hi) / 2))
+        width = len(lanes.cap_d)
+        return [
+            _LaneState(
+                iteration_s=state.iteration_s[part],
+                cycle_s=state.cycle_s[part],
+                flow=_LaneFlow(*(field[part] for field in state.flow)),
+            )
+            for part in (slice(j * width, (j + 1) * width) for j in range(len(phases)))
+        ]
+
+
+class _Lanes(NamedTuple):
+    """Configurations of one mode, resolved by worker size (:class:`_Pools`), as lanes."""
+
+    cap_d: np.ndarray  # decode capacity (colocated: the colocated capacity)
+    cap_p: np.ndarray  # prefill capacity (colocated: the colocated capacity)
+    m: np.ndarray  # the decode role's KV pool per reference worker
+    m_prefill: np.ndarray  # the prefill role's
+    iteration_s: np.ndarray  # the decode role's A
+
+
+class _LaneFlow(NamedTuple):
+    """:class:`_Flow` in lanes (no fitted prefill cost)."""
+
+    hit: np.ndarray
+    prefill_tokens: np.ndarray
+    transfer_tokens: np.ndarray
+
+
+class _LaneState(NamedTuple):
+    """What :meth:`ImprovedMakespanModel._predict` reads of each phase's :class:`CycleState`, in lanes."""
+
+    iteration_s: np.ndarray
+    cycle_s: np.ndarray
+    flow: _LaneFlow
+
+
+def _lane_sums(terms: list[np.ndarray]) -> np.ndarray:
+    """Python's ``sum`` over ``terms`` lane by lane (the scalar path's sum of one float per phase, in its order)."""
+    columns = [t.tolist() for t in terms]
+    return np.array([sum(values) for values in zip(*columns, strict=True)], dtype=float)
+
+
+def _lane_means(terms: list[np.ndarray]) -> np.ndarray:
+    """``_mean`` over ``terms`` lane by lane."""
+    columns = [t.tolist() for t in terms]
+    return np.array([_mean(list(values)) for values in zip(*columns, strict=True)], dtype=float)
+
+
+class _LaneCycle:
+    """:meth:`ImprovedMakespanModel._solve`'s ``core`` and ``_flow`` in lanes (corrected, t_p per token).
+
+    A lane is a (phase, configuration) pair, phase-major: what :meth:`ImprovedMakespanModel._solve` takes from the
+    phase (its trajectories, context, footprint, per-sequence cost, held tokens) is repeated over the
+    configurations, what it takes from the configuration (capacities, pools, A) is tiled over the phases; each
+    lane's floats are the scalar path's for that phase and configuration.
+    """
+
+    def __init__(
+        self, model: ImprovedMakespanModel, workload: Workload, mode: Mode, lanes: _Lanes, phases: list[Phase]
+    ) -> None:
+        serving = model.params.serving
+        self.model, self.workload, self.serving = model, workload, serving
+        self.colocated = mode is Mode.COLOCATED
+        count = len(phases)
+
+        def by_phase(values: list[float]) -> np.ndarray:
+            return np.repeat(np.array(values, dtype=float), len(lanes.cap_d))
+
+        self.cap_d, self.cap_p = np.tile(lanes.cap_d, count), np.tile(lanes.cap_p, count)
+        self.m, self.m_prefill = np.tile(lanes.m, count), np.tile(lanes.m_prefill, count)
+        self.fixed_iteration_s = np.tile(lanes.iteration_s, count)
+        self.b = by_phase([ph.trajectories for ph in phases])
+        self.c = by_phase([ph.context for ph in phases])
+        self.footprint = by_phase([model._footprint(workload, mode, ph.context) for ph in phases])
+        self.per_seq_s = by_phase([model._per_seq_s(workload, ph.context) for ph in phases])
+        held = [model._held(workload, mode, ph.context) for ph in phases]
+        self.held = by_phase(held)
+        self.r, self.dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+        self.t_p = model._prefill_per_token_s(workload)
+        self.env = workload.env_time_per_turn_s
+        self.kv = workload.kv_bytes_per_token
+        self.bandwidth = model._lanes_bandwidth(self.cap_p)
+        self.mixed = serving.mixed_step_factor if serving.enable_mixed_chunk else 1.0
+        self.gamma, self.floor = model._correction(workload, mode)
+        self.finite_m = np.isfinite(self.m)
+        self.later = max(workload.turns - 1.0, 0.0) / workload.turns
+        self.overhead_s = model.params.pearl.switch_overhead_s if self.colocated else 0.0
+        # Retractions (_flow): a measured rate, else the estimate where the pool is full (colocated), a constant of
+        # the phase's context.
+        observed = serving.observed(mode)
+        self.observed_retractions = None if observed is None else observed.retractions_per_turn
+        estimates = []
+        for ph in phases:
+            c = ph.context
+            top = workload.max_context_tokens
+            max_new = max(top - c, 1.0) if top else CLIP_MAX_NEW_TOKENS
+            reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
+            estimates.append(max(0.0, self.r - reserve) / model._footprint(workload, mode, c))
+        self.retraction_estimate = by_phase(estimates)
+        # The group-shared prompt (_group_prompt): 0 where the phase's prompt is; its router factor depends on the
+        # phase's live members and the configuration's workers only.
+        self.sharing = model._sharing()
+        prompts = [min(workload.prompt_tokens, h) for h in held]
+        self.prompt = by_phase(prompts)
+        self.group_on = self.prompt > 0
+        groups, router = [], []
+        workers = (lanes.cap_d if self.colocated else lanes.cap_p).tolist()
+        for ph, prompt in zip(phases, prompts, strict=True):
+            members, live_groups = model._group_members(workload, ph.trajectories)
+            groups.append(live_groups)
+            sharing = self.sharing and prompt > 0
+            router += [model._group_router(members, w) if sharing else 1.0 for w in workers]
+        self.groups = by_phase(groups)
+        self.group_router = np.array(router, dtype=float)
+        cache_aware = serving.router == "cache_aware"
+        self.router_d = 1.0 if cache_aware else 1.0 / np.maximum(self.cap_d, 1.0)
+        self.router_p = 1.0 if cache_aware else 1.0 / np.maximum(self.cap_p, 1.0)
+
+    @staticmethod
+    def _retention(free: np.ndarray, idle_per_worker: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """:meth:`ImprovedMakespanModel._retention` in lanes."""
+        kept = np.minimum(1.0, np.maximum(0.0, free) / (idle_per_worker * context))
+        result: np.ndarray = np.where((idle_per_worker <= 1e-12) | (context <= 0) | np.isinf(free), 1.0, kept)
+        return result
+
+    def _spread(self, decoding_share: np.ndarray, iteration_s: np.ndarray) -> np.ndarray:
+        """:meth:`ImprovedMakespanModel._cycle_spread` in lanes.
+
+        Its ``math.hypot`` is called lane by lane: numpy's is another algorithm, not always the same last bit.
+        """
+        d = self.r * iteration_s
+        cv = self.model.params.generated_tokens_cv
+        hypot = np.array(list(map(math.hypot, itertools.repeat(cv), (self.workload.env_time_std_s / d).tolist())))
+        result: np.ndarray = np.where((decoding_share <= 0) | (d <= 0), 0.0, hypot * np.minimum(decoding_share, 1.0))
+        return result
+
+    def flow(self, n: np.ndarray) -> tuple[_LaneFlow, np.ndarray, np.ndarray]:
+        """(:meth:`ImprovedMakespanModel._flow`, its ``kv_limited`` and ``retractions``) with n decoding, in lanes."""
+        serving = self.serving
+        r, dl, c, b = self.r, self.dl, self.c, self.b
+        m, f, held = self.m, self.footprint, self.held
+        decode_workers = self.cap_d
+        decode_hit: np.ndarray | float = 0.0
+        hit: np.ndarray
+        if serving.perfect_cache:
+            hit = np.ones(n.shape)
+        elif self.colocated:
+            free = m - n / decode_workers * f
+            hit = self._retention(free, (b - n) / decode_workers, c) * self.router_d
+        else:
+            share = self._retention(self.m_prefill, b / self.cap_p, held)
+            iteration_s = self.fixed_iteration_s + self.per_seq_s * n / decode_workers
+            spread = self._spread(n / b, iteration_s)  # b ≥ 1: a phase has at least one live trajectory
+            s = np.minimum(spread, 1.0)
+            lru = np.where(s <= 0, 0.0, np.maximum(0.0, 1.0 - (1.0 - share) / s))
+            hit = np.where(share >= 1.0, 1.0, lru) * self.router_p
+            if serving.decode_radix_cache:
+                free = m - n / decode_workers * f
+                decode_hit = self._retention(free, (b - n) / decode_workers, c) * self.router_d
+        if not serving.perfect_cache:
+            hit = np.minimum(1.0, np.maximum(hit * self.gamma, self.floor))
+        group: np.ndarray | float = 0.0
+        if self.sharing:
+            if self.colocated:
+                held_share = self._retention(m - n / decode_workers * f, self.groups / decode_workers, self.prompt)
+            else:
+                held_share = self._retention(self.m_prefill, self.groups / self.cap_p, self.prompt)
+            group = np.where(self.group_on, self.group_router * held_share * self.prompt, 0.0)
+        limited = self.finite_m & (n >= decode_workers * m / f * (1 - 1e-9))
+        retractions: np.ndarray
+        if self.observed_retractions is not None:
+            retractions = np.full(n.shape, self.observed_retractions)
+        elif self.colocated:
+            full = limited & (m - n / decode_workers * f <= 1e-9 * m)
+            retractions = np.where(full, self.retraction_estimate, 0.0)
+        else:
+            retractions = np.zeros(n.shape)
+        later = self.later
+        missed = later * (1 - hit) * (held - group)
+        whole = not self.colocated and serving.pd_whole_context
+        if self.colocated:
+            prefill = dl + missed + retractions * (r / 2 + missed)
+            transfer: np.ndarray | float = 0.0
+        elif whole:
+            prefill = dl + later * r + missed
+            transfer = dl + later * (1 - decode_hit) * c
+        else:
+            prefill = dl + missed
+            transfer = dl
+        flow = _LaneFlow(
+            hit=hit,
+            prefill_tokens=np.maximum(prefill, 0.0),
+            transfer_tokens=np.maximum(np.broadcast_to(transfer, n.shape), 0.0),
+        )
+        return flow, limited, retractions
+
+    def core(self, n: np.ndarray) -> _LaneState:
+        """``core(n)`` of :meth:`ImprovedMakespanModel._solve` in lanes: τ, C and the flow with n decoding."""
+        r, b_total = self.r, self.b
+        flow, limited, _ = self.flow(n)
+        x = flow.prefill_tokens
+        turn_s = x * self.t_p
+        own_prefill = turn_s + self.overhead_s
+        plain = self.fixed_iteration_s + self.per_seq_s * n / self.cap_d
+        stolen: np.ndarray | float = 0.0
+        if self.colocated:
+            stolen = self.mixed * self.t_p * b_total * x / self.cap_p
+            rest = self.env + own_prefill
+            span = stolen + rest + r * plain
+            cycle = (span + np.sqrt(np.maximum(span * span - 4 * stolen * rest, 0.0))) / 2
+            iteration = np.where(cycle > stolen, plain * cycle / (cycle - stolen), plain)
+        else:
+            cycle, iteration = np.zeros(n.shape), plain
+            active = np.ones(n.shape, dtype=bool)
+            for _ in range(50):  # _solve's inner fixed point; a lane stops where the scalar loop breaks
+                transfer: np.ndarray | float = 0.0
+                if self.kv > 0:
+                    size = flow.transfer_tokens * self.kv
+                    link_share = np.where(cycle != 0, np.minimum(0.95, b_total * size / (cycle * self.bandwidth)), 0.0)
+                    transfer = size / (self.bandwidth * (1 - link_share))
+                new_cycle = r * iteration + transfer + self.env + own_prefill
+                done = np.abs(new_cycle - cycle) <= 1e-12 * new_cycle
+                cycle = np.where(active, new_cycle, cycle)
+                active = active & ~done
+                if not active.any():
+                    break
+        queued = stolen + b_total * r * plain / n
+        grow = limited & (n > 0) & (queued > cycle)
+        if grow.any():
+            cycle = np.where(grow, queued, cycle)
+            iteration = np.where(grow, np.where(cycle > stolen, plain * cycle / (cycle - stolen), plain), iteration)
+        return _LaneState(iteration_s=iteration, cycle_s=cycle, flow=flow)
