@@ -298,6 +298,7 @@ class _PredictRanker:
         self.workload = workload
         self._makespans: dict[_CapacityKey, float] = {}
         self._totals = _vectorised_totals(model)
+        self._lanes = _lane_predictor(model)
         self.restricted: _Restricted = {}  # the size variants' classes, made once per call (_size_variants)
 
     def lane_scorer(self, problem: ClassProblem) -> _LaneScorer | None:
@@ -306,14 +307,42 @@ class _PredictRanker:
         A model with ``predict_totals_s`` (PEARL's, :class:`~pearl_sched.makespan.PearlMakespanModel`) predicts
         every lane of a sweep in one numpy call, float for float what :meth:`score` gets from ``predict``; a
         lane without capacity in a role its mode needs (``predict`` refuses it) sends the sweep back to
-        :meth:`score`, candidate by candidate.
+        :meth:`score`, candidate by candidate. A model with ``predict_lanes_s`` instead (the improved one,
+        :class:`~pearl_sched.makespan_improved.ImprovedMakespanModel`) predicts each lane's whole configuration,
+        its workers made from the lane's class counts as :func:`_capacity_key` makes them, float for float too.
         """
         totals = self._totals
-        if totals is None:
-            return None
         workload, fraction = self.workload, problem.unfinished_fraction
+        if totals is None:
+            many = self._lanes
+            if many is None:
+                return None
+            sizes = [(c.gpu_type, c.tp) for c in problem.classes]
 
-        def objectives(mode: Mode, capacities: np.ndarray, transition_s: np.ndarray) -> np.ndarray | None:
+            def whole(
+                mode: Mode, capacities: np.ndarray, transition_s: np.ndarray, counts: np.ndarray
+            ) -> np.ndarray | None:
+                configurations = []
+                per_lane = counts.transpose(2, 0, 1).tolist()  # (lane, class, role)
+                for cap, lane in zip(capacities.T.tolist(), per_lane, strict=True):
+                    tally: dict[tuple[Role, str, int], int] = {}
+                    for (gpu_type, tp), n in zip(sizes, lane, strict=True):
+                        for i, role in enumerate(ROLES):
+                            if n[i] > 0:
+                                tally[(role, gpu_type, tp)] = tally.get((role, gpu_type, tp), 0) + n[i]
+                    workers = tuple((r, g, t, k) for (r, g, t), k in tally.items())  # as _capacity_key
+                    configurations.append(_capacity_of((mode, cap[0], cap[1], cap[2], workers)))
+                makespan_s = many(workload, configurations)
+                if not np.isfinite(makespan_s).all():
+                    return None
+                result: np.ndarray = fraction * makespan_s + transition_s
+                return result
+
+            return whole
+
+        def objectives(
+            mode: Mode, capacities: np.ndarray, transition_s: np.ndarray, counts: np.ndarray
+        ) -> np.ndarray | None:
             makespan_s = totals(workload, mode, capacities[0], capacities[1], capacities[2])
             if not np.isfinite(makespan_s).all():
                 return None
@@ -410,7 +439,7 @@ class _PredictRanker:
         ok, capacities, transition_s = evaluate_lanes(problem, current.mode, counts)
         if not ok.any():
             return []
-        objectives = lanes(current.mode, capacities[:, ok], transition_s[ok])
+        objectives = lanes(current.mode, capacities[:, ok], transition_s[ok], counts[:, :, ok])
         if objectives is None:
             return None
         return list(zip(np.flatnonzero(ok).tolist(), objectives.tolist(), strict=True))
@@ -517,7 +546,7 @@ def _size_variants(problem: ClassProblem, restricted: _Restricted | None = None)
 
 
 _Totals = Callable[[Workload, Mode, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-_LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+_LaneScorer = Callable[[Mode, np.ndarray, np.ndarray, np.ndarray], "np.ndarray | None"]
 """``solvers.enumeration.LaneScorer``: a sweep's objectives in lanes (``ratio_sweep``'s ``rescore_lanes``)."""
 
 
@@ -532,6 +561,20 @@ def _vectorised_totals(model: MakespanModel) -> _Totals | None:
             if "predict" in defines and "predict_totals_s" in defines:
                 totals: _Totals = model.predict_totals_s  # type: ignore[attr-defined]
                 return totals
+            return None
+    return None
+
+
+def _lane_predictor(model: MakespanModel) -> Callable[[Workload, list[PoolCapacity]], np.ndarray] | None:
+    """The model's ``predict_lanes_s`` where the same class defines it and ``predict``, else None.
+
+    As :func:`_vectorised_totals`: a subclass that redefines ``predict`` alone gets no lanes.
+    """
+    for klass in type(model).__mro__:
+        defines = vars(klass)
+        if "predict" in defines or "predict_lanes_s" in defines:
+            if "predict" in defines and "predict_lanes_s" in defines:
+                return model.predict_lanes_s  # type: ignore[attr-defined, no-any-return]
             return None
     return None
 

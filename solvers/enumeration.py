@@ -341,9 +341,10 @@ _LANES_FROM = 48
 the loop it saves (measured on bench/plan_latency.py's states at 64 and 256 GPUs; both paths give the same answer)."""
 
 
-LaneScorer = Callable[[Mode, np.ndarray, np.ndarray], "np.ndarray | None"]
+LaneScorer = Callable[[Mode, np.ndarray, np.ndarray, np.ndarray], "np.ndarray | None"]
 """``rescore``'s objective for many candidates of one mode at once: given their capacities (a (role, lane) array in
-:data:`~pearl_sched.problem.ROLES` order) and transition costs, each lane's ``rescore(solution).objective_s``,
+:data:`~pearl_sched.problem.ROLES` order), transition costs and counts (the (class, role, lane) array they come
+from, for a model that reads each configuration's workers), each lane's ``rescore(solution).objective_s``,
 float for float; or None where it cannot say (:func:`ratio_sweep` then rescores solution by solution)."""
 
 
@@ -410,7 +411,11 @@ def _sweep(
             if not lanes.size:
                 continue
             ok, cap, transition_s = evaluate_lanes(problem, mode, counts[:, :, lanes])
-            scores = rescore_lanes(mode, cap[:, ok], transition_s[ok]) if ok.any() else np.zeros(0)
+            scores = (
+                rescore_lanes(mode, cap[:, ok], transition_s[ok], counts[:, :, lanes][:, :, ok])
+                if ok.any()
+                else np.zeros(0)
+            )
             if scores is None:  # the scorer cannot rank these lanes: candidate by candidate, as below
                 break
             for j, objective_s in zip(lanes[ok].tolist(), scores.tolist(), strict=True):

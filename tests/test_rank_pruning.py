@@ -21,7 +21,7 @@ from pearl_sched import planner
 from pearl_sched.config import PolicyConfig
 from pearl_sched.errors import InfeasiblePlanError
 from pearl_sched.makespan import PearlMakespanModel, PoolCapacity
-from pearl_sched.makespan_improved import ImprovedMakespanModel
+from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
 from pearl_sched.planner import _classify, _PredictRanker, _size_variants, _vectorised_totals, plan
 from pearl_sched.plans import Plan, canonical_json
 from pearl_sched.problem import ROLES, ClassProblem, evaluate
@@ -213,3 +213,25 @@ def _decided(result: Plan) -> str:
     for noisy in ("wall_time_s", "bound_s", "solves", "rounds"):
         data["solver"].pop(noisy, None)
     return canonical_json(data)
+
+
+def test_improved_models_lane_scored_plans_are_its_plain_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The improved predictor's ``predict_lanes_s`` in the ranker (sweeps, descent) plans as ``predict`` one by one."""
+    improved = ImprovedMakespanModel(ImprovedParams(pearl=SIZED_MODEL.params))
+    assert planner._lane_predictor(improved) is not None and _vectorised_totals(improved) is None
+    monkeypatch.setattr(enumeration, "_LANES_SCORED_FROM", 0)  # these states are small: every sweep in lanes
+    rng = np.random.default_rng(29)
+    states = [random_sized_state(rng) for _ in range(8)]
+
+    def planned(state: ClusterState) -> str:
+        model = ImprovedMakespanModel(ImprovedParams(pearl=SIZED_MODEL.params))  # no memo shared between runs
+        try:
+            return _decided(plan(state, model, costs=SIZED_COSTS, policy=RANKED))
+        except InfeasiblePlanError as exc:
+            return f"infeasible: {exc}"
+
+    lanes = [planned(s) for s in states]
+    monkeypatch.setattr(planner._PredictRanker, "lane_scorer", lambda self, problem: None)
+    plain = [planned(s) for s in states]
+    assert lanes == plain
+    assert sum(not p.startswith("infeasible") for p in lanes) >= 3  # most states plan
