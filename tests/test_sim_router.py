@@ -1,0 +1,116 @@
+"""The simulated gateway's cache_aware policy against hand-computed traces of smg 1.13.0's rules (docs/simulator.md,
+"The gateway")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pearl_sched.sim.router import MAX_TREE_SIZE, Router
+
+
+def _burst(router: Router, members: list[int], prompt: float, workers: int) -> list[int]:
+    """Route each member once, every request staying in flight; the workers chosen, in order."""
+    load = dict.fromkeys(range(workers), 0)
+    chosen = []
+    for index in members:
+        worker = router.route(index, prompt, 0.0, sorted(load.items()))
+        load[worker] += 1
+        chosen.append(worker)
+    return chosen
+
+
+def test_a_grpo_group_stays_together_on_its_first_burst() -> None:
+    """The first sibling misses (empty tree) and goes to the least loaded; the others match its prompt fully."""
+    members = [0, 1, 2, 3]
+    groups = {i: (-1, 1000.0) for i in members}
+    assert _burst(Router("cache_aware", groups=groups), members, 1000.0, 4) == [0, 0, 0, 0]
+    assert _burst(Router("least_load", groups=groups), members, 1000.0, 4) == [0, 1, 2, 3]
+
+
+def test_a_hot_holder_spills_to_the_least_loaded_which_becomes_a_holder() -> None:
+    """Ten workers: with k siblings in flight on worker 0 the mean is k/10 and the margin max(4, 2 sqrt(k/10)) = 4, so
+    worker 0 is hot from k = 5 (5 > 0.5 + 4 and 5 > 0.75): the sixth sibling spills to worker 1, and the seventh and
+    eighth go to worker 1, the group prompt's holder that is not hot (worker 0: 5 > 0.7 + 4). smg before 1.10 checked
+    the pool instead (max - min > 64) and would have kept all eight on worker 0."""
+    members = list(range(8))
+    groups = {i: (-1, 1000.0) for i in members}
+    assert _burst(Router("cache_aware", groups=groups), members, 1000.0, 10) == [0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_the_spill_margin_is_two_standard_deviations_of_the_mean_below_the_absolute_threshold() -> None:
+    """Loads 120 / 40 / 40: mean 66.7, margin min(64, 2 sqrt(66.7)) = 16.3; 120 > 83.0 and 120 > 100: hot, so the
+    trajectory's turn leaves worker 0 (with the absolute 64 alone it would stay: 120 < 130.7)."""
+    router = Router("cache_aware")
+    assert router.route(7, 4000.0, 0.0, [(0, 0), (1, 5), (2, 5)]) == 0
+    assert router.route(7, 5000.0, 1.0, [(0, 120), (1, 40), (2, 41)]) == 1
+    assert 2 * math.sqrt(200 / 3) < 64
+    # 80 / 45 / 45: mean 56.7, margin 15.1; 80 > 71.7 but not above 1.5 x 56.7 = 85: both parts must hold
+    router = Router("cache_aware")
+    router.route(7, 4000.0, 0.0, [(0, 0), (1, 5), (2, 5)])
+    assert router.route(7, 5000.0, 1.0, [(0, 80), (1, 45), (2, 45)]) == 0
+
+
+def test_a_miss_goes_to_the_least_loaded_worker_not_the_smallest_tree() -> None:
+    """Worker 0 holds a 10,000-token prompt, worker 1 nothing; a new trajectory matches nothing and goes to the
+    least loaded, worker 0 (smg's old get_smallest_tenant would have picked worker 1)."""
+    router = Router("cache_aware")
+    assert router.route(1, 10_000.0, 0.0, [(0, 0), (1, 0)]) == 0
+    assert router.route(2, 100.0, 1.0, [(0, 0), (1, 3)]) == 0
+    assert router.route(3, 100.0, 2.0, [(0, 4), (1, 3)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("held", "prompt", "expected"),
+    [
+        (480.0, 1600.0, 1),  # 480 / 1600 = 0.3: not above the threshold, a miss to the least loaded
+        (480.0, 1599.0, 0),  # 480 / 1599 > 0.3: the holder
+        (495.0, 1600.0, 1),  # 495 tokens are 30 whole pages, 480: still 0.3
+        (496.0, 1600.0, 0),  # 31 pages, 496 / 1600 = 0.31
+    ],
+)
+def test_the_match_rate_counts_whole_pages_and_must_exceed_the_threshold(
+    held: float, prompt: float, expected: int
+) -> None:
+    router = Router("cache_aware")
+    assert router.route(5, held, 0.0, [(0, 0), (1, 1)]) == 0
+    assert router.route(5, prompt, 1.0, [(0, 2), (1, 1)]) == expected
+
+
+def test_a_second_turn_matches_the_group_prompt_and_a_third_its_own() -> None:
+    """Siblings on workers 0 and 1 make both tenants of the group prompt: a member's second turn (whose longest
+    match is that prompt) goes to the less loaded tenant even though its first turn was on the other; its third turn
+    matches its own second prompt, held by one worker only."""
+    groups = {i: (-1, 1000.0) for i in range(8)}
+    router = Router("cache_aware", groups=groups)
+    assert _burst(router, list(range(8)), 1000.0, 10) == [0, 0, 0, 0, 0, 1, 1, 1]
+    assert router.route(0, 1500.0, 10.0, [(0, 3), (1, 1)] + [(w, 0) for w in range(2, 10)]) == 1
+    assert router.route(0, 2000.0, 20.0, [(0, 0), (1, 2)] + [(w, 0) for w in range(2, 10)]) == 1
+
+
+def test_a_placement_stays_routable_without_a_ttl_and_a_departed_worker_is_purged() -> None:
+    router = Router("cache_aware")
+    assert router.route(4, 1000.0, 0.0, [(0, 0), (1, 0)]) == 0
+    assert router.route(4, 1200.0, 10_000.0, [(0, 1), (1, 0)]) == 0  # smg's tree has no TTL (cache-ttl: hash index)
+    assert router.route(4, 1400.0, 10_001.0, [(1, 0), (2, 0)]) == 1  # worker 0 left: no holder, a miss
+
+
+def test_an_oversized_tree_evicts_its_least_recently_used_prompts_at_the_eviction_interval() -> None:
+    """50M + 30M tokens exceed the 67,108,864 bound: at the first eviction (60 s) the older 50M go, and the
+    trajectory that held them misses."""
+    router = Router("cache_aware")
+    assert router.route(1, 50e6, 0.0, [(0, 0), (1, 0)]) == 0
+    assert router.route(2, 30e6, 1.0, [(0, 1), (1, 0)]) == 1
+    assert router.tree_tokens == 80e6 > MAX_TREE_SIZE
+    assert router.route(1, 50e6 + 100, 30.0, [(0, 1), (1, 0)]) == 0  # before the interval: still held
+    assert router.route(2, 30e6 + 100, 31.0, [(0, 1), (1, 0)]) == 1
+    assert router.route(1, 50e6 + 200, 61.0, [(0, 1), (1, 0)]) == 1  # after it: trajectory 1's, the least recent, go
+    assert router.route(1, 50e6 + 300, 62.0, [(0, 0), (1, 5)]) == 1  # re-inserted for worker 1 at 61 s
+
+
+def test_round_robin_and_least_load_ignore_prefixes() -> None:
+    rr = Router("round_robin")
+    assert [rr.route(1, 1000.0, t, [(0, 0), (1, 9), (2, 0)]) for t in range(4)] == [0, 1, 2, 0]
+    ll = Router("least_load")
+    assert [ll.route(1, 1000.0, t, [(0, 2), (1, 1), (2, 1)]) for t in range(2)] == [1, 1]
