@@ -593,14 +593,18 @@ _GLM5_FP8_B200_SH = (
 )
 
 
-def _per_concurrency(flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...]) -> tuple[LaunchFlags, ...]:
+def _per_concurrency(
+    flags: LaunchFlags, runs: tuple[tuple[int, int, int, int], ...], *, cap_running: bool = False
+) -> tuple[LaunchFlags, ...]:
     """``flags`` once per concurrency of ``runs`` (ISL, OSL, conc-start, conc-end; InferenceX doubles C from start to
-    end) with ``--cuda-graph-max-bs`` = C, as a script passing ``--cuda-graph-max-bs $CONC`` launches it."""
+    end) with ``--cuda-graph-max-bs`` = C, as a script passing ``--cuda-graph-max-bs $CONC`` launches it;
+    ``cap_running``: ``--max-running-requests`` = C too (``--max-running-requests $CONC``)."""
     concs = sorted({c for *_, lo, hi in runs for c in (lo << k for k in range(12)) if c <= hi})
     return tuple(
         replace(
             flags,
             cuda_graph_max_bs=c,
+            max_running_requests=c if cap_running else flags.max_running_requests,
             search_space=tuple((i, o, c, c) for i, o, lo, hi in runs if c <= hi and c in (lo << k for k in range(12))),
         )
         for c in concs
@@ -766,19 +770,17 @@ RECORDED_LAUNCHES: dict[
     # (--speculative-algorithm EAGLE, 3 steps, top-k 1, 4 draft tokens), --mem-fraction-static 0.8, FP8 KV,
     # --max-running-requests = --cuda-graph-max-bs = $CONC: refused (the replay has no speculative decoding)
     ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-20"): {
-        ("agg", _TP4): tuple(
-            replace(f, max_running_requests=f.cuda_graph_max_bs)
-            for f in _per_concurrency(
-                LaunchFlags(
-                    _QWEN35_FP8_B200_MTP_SH,
-                    mem_fraction_static=0.8,
-                    kv_cache_dtype="fp8",
-                    chunked_prefill_size=32768,
-                    max_prefill_tokens=32768,
-                    speculative_decoding="EAGLE (MTP), 3 steps, top-k 1, 4 draft tokens",
-                ),
-                tuple((i, o, 4, 256) for i, o in _QWEN35_LENGTHS),
-            )
+        ("agg", _TP4): _per_concurrency(
+            LaunchFlags(
+                _QWEN35_FP8_B200_MTP_SH,
+                mem_fraction_static=0.8,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+                speculative_decoding="EAGLE (MTP), 3 steps, top-k 1, 4 draft tokens",
+            ),
+            tuple((i, o, 4, 256) for i, o in _QWEN35_LENGTHS),
+            cap_running=True,
         ),
     },
     # qwen3.5-fp8-b300-sglang (non-MTP) at c0f62a2ef (TP 4 / EP 1, C 4-256 at 1k/1k and 8k/1k): --mem-fraction-static
@@ -788,18 +790,16 @@ RECORDED_LAUNCHES: dict[
     # of the 42 B200 rows of qwen3.5-fp8-b200-sglang-mtp, which the exports hold) and their TPOT at C 4 (8.6 ms)
     # is the non-speculative one (the MTP-image B300 rows of 2026-04-03 measure 5.3 ms)
     ("Qwen/Qwen3.5-397B-A17B", "b300_sxm", "fp8", "agg", "lmsysorg/sglang:v0.5.10.post1-cu130", "2026-04-17"): {
-        ("agg", _TP4): tuple(
-            replace(f, max_running_requests=f.cuda_graph_max_bs)
-            for f in _per_concurrency(
-                LaunchFlags(
-                    _QWEN35_FP8_B300_SH,
-                    mem_fraction_static=0.8,
-                    kv_cache_dtype="fp8",
-                    chunked_prefill_size=16384,
-                    max_prefill_tokens=16384,
-                ),
-                tuple((i, o, 4, 256) for i, o in _QWEN35_1K8K),
-            )
+        ("agg", _TP4): _per_concurrency(
+            LaunchFlags(
+                _QWEN35_FP8_B300_SH,
+                mem_fraction_static=0.8,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=16384,
+                max_prefill_tokens=16384,
+            ),
+            tuple((i, o, 4, 256) for i, o in _QWEN35_1K8K),
+            cap_running=True,
         ),
     },
     # qwen3.5-bf16-b300-sglang at 32274d6c1 (TP 8 and TP 4, EP 1, C 4-64 at 1k/1k and 8k/1k) and
@@ -828,18 +828,16 @@ RECORDED_LAUNCHES: dict[
     # --cuda-graph-max-bs = $CONC, --disable-radix-cache, no --scheduler-recv-interval. aiconfigurator-core 0.12.0 has
     # no GLM-5 DSA context data for its FP8 GEMM at either KV dtype: the rows are refused with or without the record.
     ("zhipuai/GLM-5", "b200_sxm", "fp8", "agg", "lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448", "2026-03-20"): {
-        ("agg", _TP8): tuple(
-            replace(f, max_running_requests=f.cuda_graph_max_bs)
-            for f in _per_concurrency(
-                LaunchFlags(
-                    _GLM5_FP8_B200_SH,
-                    mem_fraction_static=0.85,
-                    kv_cache_dtype="fp8",
-                    chunked_prefill_size=32768,
-                    max_prefill_tokens=32768,
-                ),
-                tuple((i, o, 4, 128) for i, o in _QWEN35_LENGTHS),
-            )
+        ("agg", _TP8): _per_concurrency(
+            LaunchFlags(
+                _GLM5_FP8_B200_SH,
+                mem_fraction_static=0.85,
+                kv_cache_dtype="fp8",
+                chunked_prefill_size=32768,
+                max_prefill_tokens=32768,
+            ),
+            tuple((i, o, 4, 128) for i, o in _QWEN35_LENGTHS),
+            cap_running=True,
         ),
     },
     # dsr1-fp8-gb200-dynamo-sglang "Low latency": 1 prefill worker at TP 4, 1 decode worker at TP 4, C 4 / 8.
