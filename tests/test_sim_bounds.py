@@ -86,6 +86,22 @@ def test_rlboost_seeding_window_starts_closed_and_opens_by_the_trainer_wait() ->
     assert rlboost.seed_s and all(v > 0 for v in rlboost.seed_s.values())
 
 
+def test_rlboost_window_for_a_new_remote_count_goes_on_from_the_window_in_force() -> None:
+    """RLBoost's code (PolyRL, balance.rs) keeps adjusting the current window when the remote count changes to one
+    it has no stored value for: the batch after 4 GPUs join still lends the training GPUs, it does not restart at
+    0 s for the new count."""
+    scenario = tiny()
+    setting = setting_for(scenario, DATA)
+    trace = AvailabilityTrace(np.array([0.0, 300.0]), np.array([8.0, 12.0]), 1500.0)
+    rlboost = RLBoostPlus()
+    result = run_segment(setting, trace, rlboost, costs=costs_for(scenario), tick_s=60.0)
+    second = result.steps[1]
+    assert second.ratio_at_start == "6C", "the joined GPUs serve from the second batch on"
+    lent = [t for t, slot, label in result.timeline if slot.startswith("tw") and label == "colocated"]
+    assert any(second.rollout_start_s <= t < second.rollout_end_s for t in lent), "the new count's first window lends"
+    assert set(rlboost.seed_s) == {4, 6}
+
+
 def test_planners_see_the_telemetry_refit_after_a_batch_not_the_prior() -> None:
     """Before any batch the planners' workload is the stated prior; after batch 0 it is batch 0's telemetry as
     reported per turn (the first accepted step is taken as it is), then an EWMA with batch 1's."""

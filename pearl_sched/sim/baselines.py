@@ -177,8 +177,10 @@ class RLBoostPlus:
     reserved training cluster and adapts the reserved cluster's share by *partial-response seeding*: at the start
     of each step the training cluster generates for a window ``T_seed``, then hands the unfinished responses to the
     remote instances (one extra prefill of each prefix) and goes back to training; after the step
-    ``T_seed ← T_seed + η (trainer wait − remote wait)``, memoised per number of remote instances; requests are
-    balanced by join-the-shortest-queue.
+    ``T_seed ← T_seed + η (trainer wait − remote wait)``, memoised per number of remote instances (a count met
+    for the first time goes on from the window in force: PolyRL's ``adjust_local_instances_gen_s``,
+    src/rollout-manager/src/balance.rs, falls back to the elastic adjustment of the current value when it has no
+    stored value for the new count); requests are balanced by join-the-shortest-queue.
 
     What this class borrows, as the simulator expresses it: colocated workers on every available dedicated and
     preemptible GPU, taken at once and kept (no PD mode, no ratio); the simulator's colocated router, which sends a
@@ -188,7 +190,8 @@ class RLBoostPlus:
     (deactivation), their sequences re-prefilled on the remote workers (the hand-off's extra prefill); the
     window update after every batch, with trainer wait = how long the training GPUs sat idle after the window
     until the batch ended, remote wait = how long the batch's workers sat idle after it until the next step
-    could start, memoised per count of remote workers at the window's start, starting at 0 s.
+    could start, memoised per count of remote workers at the window's start; the first window is 0 s, and a
+    count not met before starts from the window last in force (:meth:`window_for`).
 
     What it does not: the pull-based weight transfer (the simulator charges PEARL Table 3's preparation and
     finalisation for a joining worker instead), token-level migration of a preempted worker's responses (the
@@ -208,6 +211,7 @@ class RLBoostPlus:
         self.eta = eta
         self.reason = ""
         self.seed_s: dict[int, float] = {}  # T_seed per remote-worker count
+        self.current_s = 0.0  # the window in force: what a remote-worker count not met before starts from
         self.cluster: SimCluster | None = None
         self._window: tuple[float, int] | None = None  # (start, remote workers) of this batch's window
         self._window_end_s: float | None = None
@@ -232,8 +236,16 @@ class RLBoostPlus:
         window_end_s = self._window_end_s if self._window_end_s is not None else batch_end_s
         trainer_wait_s = max(0.0, batch_end_s - window_end_s)
         remote_wait_s = max(0.0, now_s - batch_end_s)
-        self.seed_s[remote] = max(0.0, self.seed_s.get(remote, 0.0) + self.eta * (trainer_wait_s - remote_wait_s))
+        self.seed_s[remote] = max(0.0, self.window_for(remote) + self.eta * (trainer_wait_s - remote_wait_s))
+        self.current_s = self.seed_s[remote]
         self._window = self._window_end_s = None
+
+    def window_for(self, remote: int) -> float:
+        """``T_seed`` for ``remote`` workers: its memoised value, else the window in force.
+
+        RLBoost's code keeps adjusting the current window when the remote count changes to one it has no value for.
+        """
+        return self.seed_s.get(remote, self.current_s)
 
     def decide(self, event: Event, state: ClusterState) -> Assignment | None:
         """Colocated on every remote GPU; the training GPUs join for ``T_seed`` once the trainer is idle."""
@@ -245,16 +257,17 @@ class RLBoostPlus:
         remote = _usable(state, remote_zones)
         if self._window is None and _lendable(state) and event.kind is not EventKind.STEP_BOUNDARY:
             self._window = (event.at_s, remote)  # the trainer went idle: the seeding window opens
+            self.current_s = self.window_for(remote)
         if self._window is not None and self._window_end_s is None:
             start_s, count = self._window
-            if event.at_s < start_s + self.seed_s.get(count, 0.0) and _lendable(state):
+            if event.at_s < start_s + self.window_for(count) and _lendable(state):
                 zones = (*remote_zones, Zone.OVERLAP)
             elif borrowed or event.at_s >= start_s:
                 self._window_end_s = event.at_s  # hand the seeded responses back to the remote workers
         n = _usable(state, zones)
         if n == 0:
             return None
-        self.reason = f"colocated on {n} workers; seeding window {self.seed_s.get(remote, 0.0):.0f} s"
+        self.reason = f"colocated on {n} workers; seeding window {self.window_for(remote):.0f} s"
         target = assign(state, Mode.COLOCATED, (Mode.COLOCATED, 0, 0, n), zones)
         current = {w.id: w.rollout_role for w in state.workers}
         return None if target.roles() == current else target
