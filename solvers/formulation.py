@@ -513,18 +513,25 @@ def predict_bound_s(
             bounds.append(cheapest_s)
             continue
         roles = MODE_ROLES[mode]
-        if not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
+        stretches = _stretches(problem, roles, least)
+        if not all(stretches[role][1] for role in roles):
             bounds.append(math.inf)  # a role the mode needs has no slot: nothing is feasible here
             continue
-        curves = [_cost_curve(problem, mode, role, least) for role in roles]
+        curves = [_pieces(stretches[role][0], max_capacity(problem, role)) for role in roles]
         if min(top for _, _, top in curves) <= 0:
             return -math.inf
-        ends = np.meshgrid(*(end for end, _, _ in curves), indexing="ij")
-        extras = sum(np.meshgrid(*(extra for _, extra, _ in curves), indexing="ij"))
-        lanes = {role: end.ravel() for role, end in zip(roles, ends, strict=True)}
-        none = np.zeros(ends[0].size)
+        # Every pair of pieces (one role: every piece), as lanes in row-major order; the extras add as meshgrid's
+        # sum did (0 + a + b), so the floats are the same.
+        if len(curves) == 1:
+            ((end, extras, _),) = curves
+            lanes = {roles[0]: end}
+        else:
+            (end_a, extra_a, _), (end_b, extra_b, _) = curves
+            lanes = {roles[0]: np.repeat(end_a, len(end_b)), roles[1]: np.tile(end_b, len(end_a))}
+            extras = np.add.outer(extra_a, extra_b).ravel()
+        none = np.zeros(len(extras))
         makespan_s = totals(mode, *(lanes.get(role, none) for role in ROLES))
-        bounds.append(float(np.min(problem.unfinished_fraction * makespan_s + np.ravel(extras))) + cheapest_s)
+        bounds.append(float(np.min(problem.unfinished_fraction * makespan_s + extras)) + cheapest_s)
     return min(bounds, default=math.inf)
 
 
@@ -607,18 +614,44 @@ def _cost_curve(
     :func:`_least_costs` where the caller has it.
     """
     least = _least_costs(problem, mode) if least is None else least
-    stretches: list[tuple[float, float, int]] = []  # (extra cost per worker, capacity per worker, workers)
-    for c, least_s in zip(problem.classes, least, strict=True):
-        weight = c.weight.get(role, 0.0)
-        if not c.size or role not in c.eligible or weight <= 0:
-            continue
-        if c.fixed and c.current_role is not None:
-            if c.current_role is role:
-                stretches.append((0.0, weight, c.size))
-            continue
-        stretches.append((c.cost[role] - least_s, weight, c.size))
-    stretches.sort(key=lambda s: s[0] / s[1])
-    top = max_capacity(problem, role)
+    return _pieces(_stretches(problem, (role,), least)[role][0], max_capacity(problem, role))
+
+
+_Stretch = tuple[float, float, int]
+"""A class's stretch of a role's cost curve: (extra cost per worker, capacity per worker, workers)."""
+
+
+def _stretches(
+    problem: ClassProblem, roles: Sequence[Role], least: Sequence[float]
+) -> dict[Role, tuple[list[_Stretch], bool]]:
+    """Per role of ``roles``: :func:`_cost_curve`'s stretches, in its order, and whether some class may take it.
+
+    :func:`predict_bound_s` runs once per size combination and solve of the ranking by predict: the pass that
+    gathers a role's stretches also answers whether the mode can have that role at all.
+    """
+    found: dict[Role, tuple[list[_Stretch], bool]] = {}
+    for role in roles:
+        stretches: list[_Stretch] = []
+        some = False
+        for c, least_s in zip(problem.classes, least, strict=True):
+            if not c.size or role not in c.eligible:
+                continue
+            some = True
+            weight = c.weight.get(role, 0.0)
+            if weight <= 0:
+                continue
+            if c.fixed and c.current_role is not None:
+                if c.current_role is role:
+                    stretches.append((0.0, weight, c.size))
+                continue
+            stretches.append((c.cost[role] - least_s, weight, c.size))
+        stretches.sort(key=lambda s: s[0] / s[1])
+        found[role] = (stretches, some)
+    return found
+
+
+def _pieces(stretches: Sequence[_Stretch], top: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """:func:`_cost_curve` from its sorted stretches and ``top`` (:func:`max_capacity`)."""
     starts, extras = [], []
     at = cost = 0.0
     for extra, weight, workers in stretches:
@@ -639,7 +672,19 @@ def max_capacity(problem: ClassProblem, role: Role) -> float:
     Classes fill in order of capacity per GPU, each up to its size, the budget left and its pool's GPUs left
     (the pool's widest node-block row, which counts every class of the pool). The capacities nest (a pool's GPUs
     within the budget), so the greedy order solves this LP exactly; dropping every other row only raises it.
+
+    Memoised on ``problem`` (frozen; the ranking by predict asks each size combination's problem for it in its
+    bound, its sweep's filter and the mode bound).
     """
+    memo: dict[Role, float] = vars(problem).setdefault("_max_capacity", {})
+    top = memo.get(role)
+    if top is None:
+        top = memo[role] = _max_capacity(problem, role)
+    return top
+
+
+def _max_capacity(problem: ClassProblem, role: Role) -> float:
+    """:func:`max_capacity`, worked out."""
     smallest = {p.key: min(p.block_gpus) for p in problem.pools if p.block_gpus}
     pool_left = {p.key: float(p.block_gpus[smallest[p.key]]) for p in problem.pools if p.block_gpus}
     members = [c for c in problem.classes if role in c.eligible and c.weight.get(role, 0.0) > 0 and c.size]

@@ -135,6 +135,24 @@ def test_the_mode_bound_is_a_lower_bound_on_every_configuration_of_its_mode(prob
             assert optimum.capacity[role] <= max_capacity(problem, role) * (1 + 1e-12) + 1e-12
 
 
+@given(problems(), st.integers(min_value=1, max_value=8))
+def test_max_capacity_memo_belongs_to_its_problem(problem: ClassProblem, budget: int) -> None:
+    # max_capacity is memoised on the (frozen) problem it was asked of: a problem made from it with another
+    # budget, classes or pools answers for itself, never with the memo of the one it was made from.
+    first = {role: max_capacity(problem, role) for role in ROLES}
+    assert first == {role: max_capacity(problem, role) for role in ROLES}  # the memo's answer is the first one
+    budget = min(budget, problem.max_gpus)
+    smaller = replace(problem, max_gpus=budget)
+    fixed = problem.with_classes([replace(c, eligible=frozenset()) for c in problem.classes])
+    for role in ROLES:
+        fresh = sum(
+            c.weight.get(role, 0.0) * min(c.size, budget // c.tp) for c in problem.classes if role in c.eligible
+        )
+        assert max_capacity(smaller, role) <= fresh + 1e-9  # the smaller budget binds its own answer
+        assert max_capacity(fixed, role) == 0.0
+        assert max_capacity(smaller, role) <= first[role] + 1e-9
+
+
 @given(problems())
 def test_milp_is_never_worse_than_its_start_solution(problem: ClassProblem) -> None:
     start = enumerate_configurations(problem)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -24,9 +25,10 @@ from pearl_sched.makespan import PearlMakespanModel, PoolCapacity
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams
 from pearl_sched.planner import _classify, _PredictRanker, _size_variants, _vectorised_totals, plan
 from pearl_sched.plans import Plan, canonical_json
-from pearl_sched.problem import ROLES, ClassProblem, evaluate
+from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, evaluate
 from pearl_sched.solvers import enumeration
 from pearl_sched.solvers.enumeration import ratio_sweep
+from pearl_sched.solvers.formulation import _cost_curve, cheapest_transition_s
 from pearl_sched.state import ClusterState, Mode
 from tests.test_worker_sizes_properties import COSTS as SIZED_COSTS
 from tests.test_worker_sizes_properties import MODEL as SIZED_MODEL
@@ -95,6 +97,42 @@ def test_bound_is_below_every_configurations_score() -> None:
                     checked += 1
     assert checked > 200, checked
     assert tight > 0.999, tight  # some bound is met: the bound is not merely valid but close
+
+
+def test_bound_pairs_every_piece_of_one_role_with_every_piece_of_the_other() -> None:
+    # predict_bound_s pairs the two roles' pieces by broadcasting: each pair of pieces is one point where predict
+    # is asked, with the extra costs of both. Held to that grid written out pair by pair, from _cost_curve.
+    checked = 0
+    for problem, ranker in _problems(seed=13, states=10):
+        bound_s = ranker.bound_s(problem)
+        totals = _vectorised_totals(SIZED_MODEL)
+        assert totals is not None
+        expected = []
+        for mode in problem.modes:
+            least_s = cheapest_transition_s(problem, mode)
+            roles = MODE_ROLES[mode]
+            if math.isinf(least_s) or not all(any(r in c.eligible and c.size for c in problem.classes) for r in roles):
+                expected.append(math.inf)
+                continue
+            curves = [_cost_curve(problem, mode, role) for role in roles]
+            if min(top for _, _, top in curves) <= 0:
+                expected = [-math.inf]
+                break
+            scores = []
+            for pieces in itertools.product(*(range(len(end)) for end, _, _ in curves)):
+                capacity = dict.fromkeys(ROLES, 0.0)
+                extra = 0.0
+                for role, (end, extras, _), j in zip(roles, curves, pieces, strict=True):
+                    capacity[role] = float(end[j])
+                    extra += float(extras[j])
+                one = [np.array([capacity[r]]) for r in ROLES]
+                total = float(totals(ranker.workload, mode, *one)[0])
+                scores.append(problem.unfinished_fraction * total + extra)
+            expected.append(min(scores) + least_s)
+        want = min(expected, default=math.inf)
+        assert bound_s == pytest.approx(want, rel=1e-12, abs=1e-12), (bound_s, want)
+        checked += math.isfinite(want)
+    assert checked > 30, checked
 
 
 def _compositions(size: int, eligible: list[bool]) -> list[tuple[int, int, int]]:
