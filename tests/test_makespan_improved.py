@@ -130,8 +130,10 @@ def test_colocation_interference_inflates_decode_iterations(by_context: bool) ->
         model._states(load, PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=4), corrected=True),
         strict=True,
     ):
-        # PEARL's b, or (opt-in) b at the phase's context: b·(c + r/2)/c̄, the KV a sequence reads, c̄ the mean context.
-        scale = (phase.context + load.generated_tokens_per_turn / 2) / load.mean_context_tokens if by_context else 1.0
+        # PEARL's b, or (opt-in) b at the phase's context: b·(c + ΔL + r/2)/c̄, the KV a sequence reads (its prefix,
+        # the appended tokens and half its output), c̄ the mean context.
+        held = phase.context + load.appended_tokens_per_turn + load.generated_tokens_per_turn / 2
+        scale = held / load.mean_context_tokens if by_context else 1.0
         per_seq = ref.decode_per_seq_s * scale
         plain = ref.decode_iteration_s + per_seq * ours.decoding / 4
         assert ours.iteration_s > plain * (1 + 1e-3)  # co-batched prefill chunks slow each decode iteration
@@ -272,10 +274,11 @@ def test_pd_prefill_hits_follow_the_cycle_spread_of_decode_lengths_and_tools() -
 
 
 def test_decode_cost_by_context_scales_b_by_the_kv_a_sequence_reads() -> None:
-    """Opt-in: b (100 µs, measured at the mean context 6,000) at a 5,000-token prefix and 300 generated tokens is
-    100 µs × 5,150/6,000; inert without a KV size (nothing to read), so PEARL's limit still holds with it on."""
+    """Opt-in: b (100 µs, measured at the mean context 6,000) at a 5,000-token prefix, 200 appended and 300 generated
+    tokens is 100 µs × 5,350/6,000; inert without a KV size (nothing to read), so PEARL's limit still holds with it
+    on."""
     on = _model(ServingParams(decode_cost_by_context=True))
-    assert on._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4 * 5150.0 / 6000.0)
+    assert on._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4 * 5350.0 / 6000.0)
     assert IMPROVED._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4)  # off by default: PEARL's b
     load = _limit()
     params = HAND.params.model_copy(update={"switch_overhead_s": 0.0})
