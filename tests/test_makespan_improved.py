@@ -565,3 +565,15 @@ def test_a_declared_sizes_compute_weight_follows_the_kv_aware_decode_fits_not_pe
     pearl = type(HAND)(unfitted.params.pearl)
     for role in (Role.DECODE, Role.COLOCATED):
         assert unfitted._compute_weight(load, "x", 1, role) == pearl.capacity_weight(load, "x", 1, role)
+
+
+def test_a_phase_sits_at_the_mean_prefix_of_its_turns() -> None:
+    """12 turns of 200 appended + 300 generated after a 1,000-token prompt, every trajectory taking all 12: phase j
+    holds turns 2j and 2j + 1, whose prompts P₀ + k·500 average P₀ + (2j + ½)·500, so its context (the prefix a turn
+    starts from, the prompt less ΔL) is 1,050 + 1,000·j, and a decoding sequence holds that, ΔL and r/2."""
+    load = kv_bound_workload(turns=12, mean_context_tokens=4000.0)
+    phases = IMPROVED.phases(load)
+    assert [ph.context for ph in phases] == pytest.approx([1050.0 + 1000.0 * j for j in range(6)])
+    assert all(ph.trajectories == pytest.approx(512) for ph in phases)  # the mean trajectory takes all 12 turns
+    assert IMPROVED._footprint(load, Mode.COLOCATED, 1050.0) == pytest.approx(1050.0 + 200.0 + 150.0)
+    assert IMPROVED._footprint(load, Mode.DISAGGREGATED, 1050.0) == pytest.approx(1400.0 + 512.0)
