@@ -17,6 +17,13 @@ are fitted the way the planners are in the simulated cluster, from the telemetry
   estimate (no PD run reported).
 - ``improved-own``: fitted from each configuration's own run (an upper bound, as PEARL's θ of the same run was).
 
+The three improved ones also get the decode cost on KV tokens, t = A + b·n + c·K, fitted from the run's decode
+iterations as SGLang's decode log lines report them (``ObservedStepTimes.decode_sums``,
+``profiles.telemetry.fit_decode_cost``; ``ServingParams.decode_costs``), as the simulated cluster refits it after
+each batch and plan() then predicts with it (docs/makespan.md, "Decode cost on KV tokens"); ``--decode-cost pearl``
+leaves it out (PEARL's refitted A + b·n, the bench before issue 13's s12 round), and a run whose iterations cannot
+be fitted keeps PEARL's line either way.
+
 With ``--prefill-cost two-term`` the three improved ones also charge the two-term prefill cost α·n + β·n·(c + n/2)
 fitted, as t_p is, from the run's prefill steps (new and cached tokens per batch, as SGLang logs them:
 ``profiles.telemetry.PrefillSteps``; ``ServingParams.prefill_cost_by_context``); the default ``one-term`` is the
@@ -58,7 +65,7 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
                                          [--prefill-cost one-term|two-term] [--prefill-batch-cost on|off]
-                                         [--shared-prompts on|off]
+                                         [--shared-prompts on|off] [--decode-cost kv|pearl]
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DATA, FREE
 from pearl_sched import Mode, PoolCapacity, Workload
 from pearl_sched.control import plan_resident
+from pearl_sched.errors import TelemetryRejected
 from pearl_sched.makespan import MakespanModel, PearlMakespanModel, PearlParams
 from pearl_sched.makespan_improved import ImprovedMakespanModel, ImprovedParams, PrefillCost, ServingParams
 from pearl_sched.profiles.telemetry import (
@@ -83,6 +91,7 @@ from pearl_sched.profiles.telemetry import (
     MAX_TOTAL_NUM_TOKENS,
     PROMPT_TOKENS,
     RETRACTED,
+    fit_decode_cost,
     observe_serving,
     refit_serving,
 )
@@ -96,6 +105,8 @@ from pearl_sched.state import ratio_label
 SCENARIOS = "e2e,sensitivity/short-batch,swe-qwen3-8b,swe-qwen3-30b-a3b"
 TWO_TERM = False
 """``--prefill-cost``: whether the improved predictors charge the fitted two-term prefill cost."""
+KV_DECODE = True
+"""``--decode-cost``: whether the improved predictors get the decode cost on KV tokens fitted from the run."""
 OPT_IN: dict[str, object] = {}
 """``--shared-prompts``: the improved predictors' opt-in serving flags this run turns on."""
 MODELS = ("pearl", "improved-prior", "improved", "improved-own")
@@ -118,9 +129,22 @@ def prefill_cost(run: Run) -> PrefillCost | None:
     return run.observed.prefill_cost()
 
 
-def prefill_fits(run: Run) -> dict[str, object]:
-    """The run's prefill fits as serving fields (through the origin, and with the per-batch intercept)."""
-    return {"prefill_cost": prefill_cost(run), "prefill_step_cost": run.observed.prefill_step_cost(by_context=TWO_TERM)}
+def prefill_fits(run: Run, tp: int, gpu_type: str) -> dict[str, object]:
+    """The run's step fits as serving fields: prefill (through the origin, with the per-batch intercept) and decode.
+
+    The decode cost on KV tokens (``KV_DECODE``) is fitted from the run's decode iterations as the simulated cluster
+    fits it (``SimCluster._refit_decode_costs``); none where they cannot be fitted (PEARL's A + b·n then).
+    """
+    fits: dict[str, object] = {
+        "prefill_cost": prefill_cost(run),
+        "prefill_step_cost": run.observed.prefill_step_cost(by_context=TWO_TERM),
+    }
+    if KV_DECODE:
+        try:
+            fits["decode_costs"] = (fit_decode_cost(run.observed.decode_sums(), gpu_type=gpu_type, tp=tp),)
+        except TelemetryRejected as exc:
+            logging.getLogger(__name__).info("no decode cost on KV tokens: %s", exc.reason)
+    return fits
 
 
 @dataclasses.dataclass
@@ -164,12 +188,14 @@ def serving_from(setting: Setting, run: Run) -> ServingParams:
         before, after, turns=turns, prefill_workers=c.prefill, decode_workers=c.decode, colocated_workers=c.colocated
     )
     refitted = refit_serving(setting.serving_params(), c.mode, observation, after, workers=workers)
-    return refitted.model_copy(update={**prefill_fits(run), "prefill_cost_by_context": TWO_TERM, **OPT_IN})
+    fits = prefill_fits(run, setting.scenario.tp, setting.gpu_type)
+    return refitted.model_copy(update={**fits, "prefill_cost_by_context": TWO_TERM, **OPT_IN})
 
 
 def prior_serving(setting: Setting, run: Run) -> ServingParams:
     """SGLang's launch settings, and the two-term prefill cost fitted from the run's steps (as t_p is)."""
-    return setting.serving_params(**prefill_fits(run), prefill_cost_by_context=TWO_TERM, **OPT_IN)
+    fits = prefill_fits(run, setting.scenario.tp, setting.gpu_type)
+    return setting.serving_params(**fits, prefill_cost_by_context=TWO_TERM, **OPT_IN)
 
 
 def improved(params: PearlParams, serving: ServingParams) -> MakespanModel:
@@ -379,9 +405,11 @@ def main() -> None:
     parser.add_argument("--prefill-cost", choices=("two-term", "one-term"), default="one-term")
     parser.add_argument("--prefill-batch-cost", choices=("on", "off"), default="off")
     parser.add_argument("--shared-prompts", choices=("on", "off"), default="on")
+    parser.add_argument("--decode-cost", choices=("kv", "pearl"), default="kv")
     args = parser.parse_args()
-    global TWO_TERM
+    global TWO_TERM, KV_DECODE
     TWO_TERM = args.prefill_cost == "two-term"
+    KV_DECODE = args.decode_cost == "kv"
     OPT_IN["shared_prompt_hits"] = args.shared_prompts == "on"
     OPT_IN["prefill_batch_cost"] = args.prefill_batch_cost == "on"
     logging.basicConfig(level=logging.WARNING)

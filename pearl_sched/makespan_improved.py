@@ -17,8 +17,8 @@ and the cycle stretches to C = W + B·r·τ₀/n_max. θ = (B − n)/n is an out
 terms:
 
 - **KV capacity** M tokens per worker (SGLang's pool, ``sglang:max_total_num_tokens``; else the device's H_max/K):
-  a decoding sequence holds f = c + r/2 tokens (c the mean context; PD decode adds SGLang's 512 reserved decode
-  tokens per request), so at most M/f decode at once per worker;
+  a decoding sequence holds f = c + ΔL + r/2 tokens (c the prefix its turn starts from, ΔL appended to it; PD
+  decode adds SGLang's 512 reserved decode tokens per request), so at most M/f decode at once per worker;
 - **prefix-cache hits**: a worker's radix cache keeps the prefixes of trajectories in their environment call in
   what decoding leaves free, ``retention = min(1, (M − n_w·f) / (idle_w·c))``; the router's policy decides whether
   the next turn lands there (cache-aware: always; least-load or round-robin: 1/N). A colocated turn prefills
@@ -38,9 +38,9 @@ terms:
 - **mixed steps**: with mixed chunks a prefill chunk shares a forward pass with the decode batch; the step-time
   engine's ``mixed_s / (prefill_s + decode_s)`` = φ scales the decode time the prefill takes;
 - **decode cost on KV tokens** (``ServingParams.decode_costs``, fitted from the workers' decode batches): τ₀ =
-  A + (b + c·f)·n/N_D with f = c + r/2 the tokens a decoding sequence holds, A, b, c regressed on the running
+  A + (b + c·f)·n/N_D with f = c + ΔL + r/2 the tokens a decoding sequence holds, A, b, c regressed on the running
   requests and the batch's KV tokens; without it PEARL's A + b·n, where a sequence's b may grow with the KV it reads
-  (opt-in, ``ServingParams.decode_cost_by_context``): b·(c + r/2)/c̄ for b measured at the mean context c̄;
+  (opt-in, ``ServingParams.decode_cost_by_context``): b·(c + ΔL + r/2)/c̄ for b measured at the mean context c̄;
 - **prefill cost by context** (opt-in, ``ServingParams.prefill_cost_by_context``; ``prefill_cost`` is fitted from
   the prefill batches the workers log either way, and measured less accurate than t_p in docs/makespan.md):
   n new tokens after c cached ones cost α·n + β·n·(c + n/2), each part of a turn's prefill (an append over a hit
@@ -646,9 +646,12 @@ class ImprovedMakespanModel:
         """The batch in :data:`PHASES` equal shares of its S turns: each phase's context and live trajectories.
 
         Live trajectories are at the same turn index, so their context grows linearly from the first prompt by
-        ΔL + r a turn (capped at the longest context). Trajectories finish along the way: the mean trajectory takes
-        S̄ = 2·(c̄ − P₀)/(ΔL + r) turns (c̄ the mean context over a trajectory's life), and the live share falls
-        linearly with the mean S̄/S (the slowest trajectory, on the critical path, is always live).
+        ΔL + r a turn (capped at the longest context): turn k's prompt is P₀ + k·(ΔL + r), the prefix it starts from
+        that less its ΔL. A phase holds turns k ∈ [j·S/6, (j+1)·S/6), whose mean index is u_j·S − ½ (u_j the
+        phase's midpoint): its context is that turn's prefix (never below P₀). Trajectories finish along the way:
+        the mean trajectory takes S̄ = 2·(c̄ − P₀)/(ΔL + r) turns (c̄ the mean context over a trajectory's life), and
+        the live share falls linearly with the mean S̄/S (the slowest trajectory, on the critical path, is always
+        live).
         """
         s, b = workload.turns, workload.batch_size
         step = workload.appended_tokens_per_turn + workload.generated_tokens_per_turn
@@ -661,13 +664,17 @@ class ImprovedMakespanModel:
         for j in range(PHASES):
             u = (j + 0.5) / PHASES
             live = 1 - slope * u if slope <= 1 else max(0.0, 1 - u * s / (2 * turns_mean))
-            out.append(Phase(context=min(start + u * s * step, top), trajectories=max(1.0, b * live)))
+            prefix = max(start, start + max(0.0, u * s - 0.5) * step - workload.appended_tokens_per_turn)
+            out.append(Phase(context=min(prefix, top), trajectories=max(1.0, b * live)))
         return out
 
     @staticmethod
     def _footprint(workload: Workload, mode: Mode, context: float) -> float:
-        """KV tokens one decoding sequence holds (PD decode adds SGLang's reserved decode tokens)."""
-        f = context + workload.generated_tokens_per_turn / 2
+        """KV tokens one decoding sequence holds: its prompt (the prefix and ΔL) and half the turn's output.
+
+        PD decode adds SGLang's reserved decode tokens.
+        """
+        f = context + workload.appended_tokens_per_turn + workload.generated_tokens_per_turn / 2
         return f + (RESERVED_DECODE_TOKENS if mode is Mode.DISAGGREGATED else 0.0)
 
     def _router(self, workers: float) -> float:
@@ -995,22 +1002,25 @@ class ImprovedMakespanModel:
     def _per_seq_s(self, workload: Workload, context: float) -> float:
         """The decode cost of a sequence at a turn's context on the reference worker.
 
-        With a KV-aware fit of the reference size (``ServingParams.decode_costs``) it is b + c·(c + r/2): the fit's
-        per-request cost plus its cost per KV token times the tokens the sequence holds mid-turn. Otherwise
-        PEARL's b, scaled by the KV it reads when ``ServingParams.decode_cost_by_context`` is on: a decode
-        iteration's per-sequence cost is reading that sequence's KV (attention is memory-bound; the weights are A),
-        so a sequence at context c + r/2 costs b·(c + r/2)/c̄; PEARL's b unscaled where that is off (PEARL's limit),
-        the batch has no KV size (nothing to read) or its mean context is unknown (under a token).
+        ``context`` is the prefix the turn starts from; the sequence holds it, the ΔL appended and (mid-turn) r/2
+        generated tokens. With a KV-aware fit of the reference size (``ServingParams.decode_costs``) it is
+        b + c·(c + ΔL + r/2): the fit's per-request cost plus its cost per KV token times the tokens the sequence
+        holds mid-turn. Otherwise PEARL's b, scaled by the KV it reads when ``ServingParams.decode_cost_by_context``
+        is on: a decode iteration's per-sequence cost is reading that sequence's KV (attention is memory-bound; the
+        weights are A), so a sequence holding c + ΔL + r/2 tokens costs b·(c + ΔL + r/2)/c̄; PEARL's b unscaled
+        where that is off (PEARL's limit), the batch has no KV size (nothing to read) or its mean context is unknown
+        (under a token).
         """
         ref = self._pearl.reference
         fitted = self.params.serving.decode_cost(ref.gpu_type, ref.tp)
         if fitted is not None:
-            return fitted.per_seq_s + fitted.per_kv_token_s * (context + workload.generated_tokens_per_turn / 2)
+            held = context + workload.appended_tokens_per_turn + workload.generated_tokens_per_turn / 2
+            return fitted.per_seq_s + fitted.per_kv_token_s * held
         b = ref.decode_per_seq_s
         mean = workload.mean_context_tokens
         if not self.params.serving.decode_cost_by_context or mean < 1 or workload.kv_bytes_per_token <= 0:
             return b
-        return b * (context + workload.generated_tokens_per_turn / 2) / mean
+        return b * (context + workload.appended_tokens_per_turn + workload.generated_tokens_per_turn / 2) / mean
 
     def _prefill_per_token_s(self, workload: Workload) -> float:
         ref = self._pearl.reference

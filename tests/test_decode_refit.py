@@ -253,8 +253,8 @@ def test_with_the_kv_fit_more_workers_shorten_an_iteration_that_the_collapsed_b_
     assert collapsed.predict(load, eight).total_s == pytest.approx(collapsed.predict(load, twelve).total_s, 0.01)
     assert kv_aware.cycle(load, twelve).iteration_s < 0.9 * kv_aware.cycle(load, eight).iteration_s
     assert kv_aware.predict(load, twelve).total_s < 0.95 * kv_aware.predict(load, eight).total_s
-    # the per-sequence cost at a turn's context is b + c·(c + r/2)
-    assert kv_aware._per_seq_s(load, 5000.0) == pytest.approx(B_S + C_S * 5150.0)
+    # the per-sequence cost at a turn's prefix c is b + c·(c + ΔL + r/2): 5,000 + 200 appended + 300/2 generated
+    assert kv_aware._per_seq_s(load, 5000.0) == pytest.approx(B_S + C_S * 5350.0)
 
 
 @pytest.mark.needs_data

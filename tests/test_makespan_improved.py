@@ -130,8 +130,10 @@ def test_colocation_interference_inflates_decode_iterations(by_context: bool) ->
         model._states(load, PoolCapacity(mode=Mode.DISAGGREGATED, prefill=2, decode=4), corrected=True),
         strict=True,
     ):
-        # PEARL's b, or (opt-in) b at the phase's context: b·(c + r/2)/c̄, the KV a sequence reads, c̄ the mean context.
-        scale = (phase.context + load.generated_tokens_per_turn / 2) / load.mean_context_tokens if by_context else 1.0
+        # PEARL's b, or (opt-in) b at the phase's context: b·(c + ΔL + r/2)/c̄, the KV a sequence reads (its prefix,
+        # the appended tokens and half its output), c̄ the mean context.
+        held = phase.context + load.appended_tokens_per_turn + load.generated_tokens_per_turn / 2
+        scale = held / load.mean_context_tokens if by_context else 1.0
         per_seq = ref.decode_per_seq_s * scale
         plain = ref.decode_iteration_s + per_seq * ours.decoding / 4
         assert ours.iteration_s > plain * (1 + 1e-3)  # co-batched prefill chunks slow each decode iteration
@@ -272,10 +274,11 @@ def test_pd_prefill_hits_follow_the_cycle_spread_of_decode_lengths_and_tools() -
 
 
 def test_decode_cost_by_context_scales_b_by_the_kv_a_sequence_reads() -> None:
-    """Opt-in: b (100 µs, measured at the mean context 6,000) at a 5,000-token prefix and 300 generated tokens is
-    100 µs × 5,150/6,000; inert without a KV size (nothing to read), so PEARL's limit still holds with it on."""
+    """Opt-in: b (100 µs, measured at the mean context 6,000) at a 5,000-token prefix, 200 appended and 300 generated
+    tokens is 100 µs × 5,350/6,000; inert without a KV size (nothing to read), so PEARL's limit still holds with it
+    on."""
     on = _model(ServingParams(decode_cost_by_context=True))
-    assert on._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4 * 5150.0 / 6000.0)
+    assert on._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4 * 5350.0 / 6000.0)
     assert IMPROVED._per_seq_s(_agentic(), 5000.0) == pytest.approx(1e-4)  # off by default: PEARL's b
     load = _limit()
     params = HAND.params.model_copy(update={"switch_overhead_s": 0.0})
@@ -562,3 +565,15 @@ def test_a_declared_sizes_compute_weight_follows_the_kv_aware_decode_fits_not_pe
     pearl = type(HAND)(unfitted.params.pearl)
     for role in (Role.DECODE, Role.COLOCATED):
         assert unfitted._compute_weight(load, "x", 1, role) == pearl.capacity_weight(load, "x", 1, role)
+
+
+def test_a_phase_sits_at_the_mean_prefix_of_its_turns() -> None:
+    """12 turns of 200 appended + 300 generated after a 1,000-token prompt, every trajectory taking all 12: phase j
+    holds turns 2j and 2j + 1, whose prompts P₀ + k·500 average P₀ + (2j + ½)·500, so its context (the prefix a turn
+    starts from, the prompt less ΔL) is 1,050 + 1,000·j, and a decoding sequence holds that, ΔL and r/2."""
+    load = kv_bound_workload(turns=12, mean_context_tokens=4000.0)
+    phases = IMPROVED.phases(load)
+    assert [ph.context for ph in phases] == pytest.approx([1050.0 + 1000.0 * j for j in range(6)])
+    assert all(ph.trajectories == pytest.approx(512) for ph in phases)  # the mean trajectory takes all 12 turns
+    assert IMPROVED._footprint(load, Mode.COLOCATED, 1050.0) == pytest.approx(1050.0 + 200.0 + 150.0)
+    assert IMPROVED._footprint(load, Mode.DISAGGREGATED, 1050.0) == pytest.approx(1400.0 + 512.0)

@@ -1,0 +1,226 @@
+"""The improved predictor's prefill accounting against the simulator's, phase by phase (issue 13).
+
+For one scenario's step-0 batch on one configuration, the simulated batch is run with a log of every prefill
+request that completes (the trajectory, its turn index, the prompt and the cached tokens, whether it is a
+retracted request's re-prefill), and the improved predictor (fitted from the colocated run's telemetry, exactly
+as ``bench/predictor_accuracy.py``'s ``improved`` column) is asked for its per-phase accounting. Turns are bucketed
+into the model's phases by turn index (phase j holds turns [j·S/6, (j+1)·S/6) of the predictor's S, the p90
+turns; turns at or beyond S go to a last ``beyond`` row). Per phase, simulated and predicted::
+
+    trace scenario=<s> config=<c> phase=<j> sim_turns=<n> model_turns=<n> sim_prompt_per_turn=<x>
+        model_prompt_per_turn=<x> sim_prefill_per_turn=<x> model_prefill_per_turn=<x> sim_hit=<x> model_hit=<x>
+        sim_prefill_M=<x> model_prefill_M=<x>
+
+and the totals (``first`` is the first-turn burst: the first prompts)::
+
+    trace_total scenario=<s> config=<c> sim_turns=<n> model_turns=<n> sim_prompt_M=<x> model_prompt_M=<x>
+        sim_prefill_M=<x> model_prefill_M=<x> sim_first_M=<x> model_first_M=<x> sim_retract_M=<x>
+
+With ``--timeline`` the simulated prefill side's busy share and the live trajectories are also printed per tenth of
+the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queued=<n>``).
+
+Usage: python bench/predictor_trace.py [--scenario e2e] [--gpus 8] [--configs 1P3D,4C] [--timeline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import DATA
+from bench.predictor_accuracy import (
+    Run,
+    fitted_params,
+    improved,
+    scenario_named,
+    serving_from,
+    simulate,
+)
+from pearl_sched import Mode, PoolCapacity
+from pearl_sched.makespan_improved import PHASES, ImprovedMakespanModel
+from pearl_sched.sim.cluster import ObservedStepTimes
+from pearl_sched.sim.experiment import setting_for
+from pearl_sched.sim.rollout import RolloutSimulation, _Kind
+from pearl_sched.sim.setting import Setting
+
+
+@dataclasses.dataclass
+class Request:
+    """One completed prefill request in the simulation."""
+
+    trajectory: int
+    turn: int
+    prompt: int
+    cached: float
+    repeat: bool  # a retracted (or moved) request's re-prefill of a turn already prefilled
+    at_s: float
+
+
+class TracedSimulation(RolloutSimulation):
+    """The simulator, unchanged, with a log of completed prefill requests and a coarse timeline."""
+
+    def __init__(self, *args: object, timeline_s: float = 0.0, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.requests: list[Request] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.timeline_s = timeline_s
+        self.samples: list[tuple[float, int, int, float, int]] = []
+        self._next_sample = 0.0
+        self._busy_since: dict[int, float] = {}
+        self._busy_s = 0.0
+
+    def _start_prefill(self, worker: int) -> None:
+        was = self.prefillers[worker].running
+        super()._start_prefill(worker)
+        if was is None and self.prefillers[worker].running is not None:
+            self._busy_since[worker] = self.now
+
+    def _prefill_done(self, worker: int) -> None:
+        batch = list(self.prefillers[worker].running or [])
+        since = self._busy_since.pop(worker, self.now)
+        self._busy_s += self.now - since
+        finishing = [job for job, chunk in batch if job.left == chunk]
+        for job in finishing:
+            t = self.trajectories[job.index]
+            key = (job.index, t.turn)
+            self.requests.append(Request(job.index, t.turn, job.prompt_tokens, job.cached, key in self.seen, self.now))
+            self.seen.add(key)
+        super()._prefill_done(worker)
+        if worker in self._busy_since or self.prefillers[worker].running is not None:
+            self._busy_since.setdefault(worker, self.now)
+
+    def _push(self, at: float, kind: _Kind, who: int, version: int = 0) -> None:
+        super()._push(at, kind, who, version)
+        if self.timeline_s > 0 and self.now >= self._next_sample:
+            self._next_sample = self.now + self.timeline_s
+            live = sum(1 for t in self.trajectories if t.turn < len(t.spec.turns))
+            decoding = sum(len(d.active) for d in self.decoders)
+            queued = sum(len(p.queue) for p in self.prefillers) + sum(len(d.prealloc) for d in self.decoders)
+            self.samples.append((self.now, live, decoding, self._busy_s, queued))
+
+
+def traced(setting: Setting, capacity: PoolCapacity, timeline_s: float = 0.0) -> tuple[TracedSimulation, float]:
+    """The step-0 batch simulated on ``capacity`` with the request log; (simulation, makespan)."""
+    observed = ObservedStepTimes(setting.steps, setting.step_overhead_s)
+    pool = setting.pool(capacity.mode, int(capacity.prefill), int(capacity.decode), int(capacity.colocated))
+    sim = TracedSimulation(dataclasses.replace(pool, step_times=observed), setting.batch(0), timeline_s=timeline_s)
+    return sim, sim.run().makespan_s
+
+
+def capacity_of(label: str) -> PoolCapacity:
+    """``4C`` or ``1P3D`` as a configuration."""
+    if label.endswith("C"):
+        return PoolCapacity(mode=Mode.COLOCATED, colocated=int(label[:-1]))
+    p, d = label[:-1].split("P")
+    return PoolCapacity(mode=Mode.DISAGGREGATED, prefill=int(p), decode=int(d))
+
+
+def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool) -> None:
+    """Print the per-phase accounting of one configuration, simulated and predicted."""
+    capacity = capacity_of(label)
+    model = improved(fitted_params(setting, ran), serving_from(setting, ran))
+    assert isinstance(model, ImprovedMakespanModel)
+    workload = setting.workload()
+    s, dl = workload.turns, workload.appended_tokens_per_turn
+    sim, makespan = traced(setting, capacity)
+    if timeline:
+        sim, makespan = traced(setting, capacity, timeline_s=makespan / 20)
+    pools = model._pools(workload, capacity)
+    states = model._states(workload, pools.capacity, corrected=True)
+    phases = model.phases(workload)
+    flows = [
+        model._flow(workload, pools.capacity, st.decoding, ph, pools=pools)
+        for st, ph in zip(states, phases, strict=True)
+    ]
+    mode = capacity.mode
+    workers = capacity.colocated if mode is Mode.COLOCATED else capacity.prefill
+    per_phase = s / PHASES
+    later = max(s - 1.0, 0.0) / s
+    rows: dict[str, list[Request]] = {str(j): [] for j in range(PHASES)}
+    rows["beyond"] = []
+    for req in sim.requests:
+        if req.turn == 0 and not req.repeat:
+            continue  # the first-turn burst, counted apart
+        j = int(req.turn // per_phase)
+        rows[str(j) if j < PHASES else "beyond"].append(req)
+    total_model_prompt = total_model_prefill = 0.0
+    for j, (ph, st, fl) in enumerate(zip(phases, states, flows, strict=True)):
+        reqs = [r for r in rows[str(j)] if not r.repeat]
+        turns = per_phase * ph.trajectories
+        # the first turn of each trajectory is the burst: a phase's later turns are `later` of its turns
+        model_turns = turns * later
+        model_prompt = ph.context + dl
+        model_prefill = fl.prefill_tokens / later if later > 0 else 0.0  # per later turn (burst apart)
+        model_prefill -= (1 - later) / later * dl if later > 0 else 0.0
+        sim_prompt = sum(r.prompt for r in reqs) / max(1, len(reqs))
+        sim_prefill = sum(r.prompt - r.cached for r in reqs) / max(1, len(reqs))
+        sim_hit = sum(r.cached for r in reqs) / max(1.0, sum(r.prompt for r in reqs))
+        model_hit = 1 - model_prefill / model_prompt if model_prompt > 0 else 0.0
+        total_model_prompt += model_turns * model_prompt
+        total_model_prefill += turns * fl.prefill_tokens
+        print(
+            f"trace scenario={name} config={label} phase={j} sim_turns={len(reqs)} model_turns={model_turns:.0f}"
+            f" sim_prompt_per_turn={sim_prompt:.0f} model_prompt_per_turn={model_prompt:.0f}"
+            f" sim_prefill_per_turn={sim_prefill:.0f} model_prefill_per_turn={model_prefill:.0f}"
+            f" sim_hit={sim_hit:.3f} model_hit={model_hit:.3f} model_prefill_hit={st.prefill_hit:.3f}"
+            f" model_group_tokens={st.group_hit_tokens:.0f}"
+            f" sim_prefill_M={sum(r.prompt - r.cached for r in reqs) / 1e6:.2f}"
+            f" model_prefill_M={turns * fl.prefill_tokens / 1e6:.2f}",
+            flush=True,
+        )
+    beyond = [r for r in rows["beyond"] if not r.repeat]
+    print(
+        f"trace scenario={name} config={label} phase=beyond sim_turns={len(beyond)} model_turns=0"
+        f" sim_prompt_per_turn={sum(r.prompt for r in beyond) / max(1, len(beyond)):.0f}"
+        f" sim_prefill_M={sum(r.prompt - r.cached for r in beyond) / 1e6:.2f}",
+        flush=True,
+    )
+    later_reqs = [r for r in sim.requests if r.turn > 0 and not r.repeat]
+    first = [r for r in sim.requests if r.turn == 0 and not r.repeat]
+    repeats = [r for r in sim.requests if r.repeat]
+    model_first = model._burst_tokens(workload, workers)
+    mean_turns = sum(len(t.spec.turns) for t in sim.trajectories) / len(sim.trajectories)
+    print(
+        f"trace_total scenario={name} config={label} sim_s={makespan:.0f} sim_turns={len(later_reqs)}"
+        f" model_turns={sum(per_phase * ph.trajectories for ph in phases) * later:.0f}"
+        f" sim_prompt_M={sum(r.prompt for r in later_reqs) / 1e6:.1f} model_prompt_M={total_model_prompt / 1e6:.1f}"
+        f" sim_prefill_M={sum(r.prompt - r.cached for r in later_reqs) / 1e6:.1f}"
+        f" model_prefill_M={total_model_prefill / 1e6:.1f}"
+        f" sim_first_M={sum(r.prompt - r.cached for r in first) / 1e6:.2f} model_first_M={model_first / 1e6:.2f}"
+        f" sim_retract_M={sum(r.prompt - r.cached for r in repeats) / 1e6:.2f} retracted={len(repeats)}"
+        f" model_S={s:.1f} sim_mean_turns={mean_turns:.2f}",
+        flush=True,
+    )
+    for at, live, decoding, busy, queued in sim.samples:
+        print(
+            f"timeline scenario={name} config={label} t_s={at:.0f} live={live} decoding={decoding}"
+            f" prefill_busy_s={busy:.0f} queued={queued}",
+            flush=True,
+        )
+    if not math.isfinite(makespan):
+        raise SystemExit("the simulation did not finish")
+
+
+def main() -> None:
+    """Trace each configuration of ``--configs`` on ``--scenario``."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="e2e")
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--configs", default="1P3D,4C")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--timeline", action="store_true")
+    args = parser.parse_args()
+    setting = setting_for(scenario_named(args.scenario), args.data)
+    n = args.gpus // setting.scenario.tp
+    ran = simulate(setting, PoolCapacity(mode=Mode.COLOCATED, colocated=n))
+    for label in args.configs.split(","):
+        trace(args.scenario, setting, ran, label, args.timeline)
+
+
+if __name__ == "__main__":
+    main()
