@@ -188,6 +188,10 @@ class FakeSGLangServer:
         self.http: ThreadingHTTPServer | None = None
         self.bootstrap: ThreadingHTTPServer | None = None
         self.bootstrap_port = config.disaggregation_bootstrap_port
+        # A probe's hooks (bench/smg_load_probe.py): the times (time.monotonic) each load route was read, and
+        # fields that replace the fake's own figures in the reported load (e.g. {"num_waiting_reqs": 8}).
+        self.load_reads: list[tuple[float, str]] = []
+        self.load_override: dict[str, float] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> FakeSGLangServer:
@@ -271,21 +275,21 @@ class FakeSGLangServer:
         """The ``/v1/loads`` body: one DP rank with its running requests (fake token figures: 64 per request)."""
         with self.lock:
             running = len(self.state.running)
+        rank = {
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": 0,
+            "num_used_tokens": running * 64,
+            "max_total_num_tokens": self.config.max_running_requests * 4096,
+            "token_usage": running / self.config.max_running_requests,
+            "gen_throughput": 0.0,
+            **self.load_override,
+        }
         return {
             "timestamp": time.time(),
             "version": self.config.version,
             "dp_rank_count": 1,
-            "loads": [
-                {
-                    "dp_rank": 0,
-                    "num_running_reqs": running,
-                    "num_waiting_reqs": 0,
-                    "num_used_tokens": running * 64,
-                    "max_total_num_tokens": self.config.max_running_requests * 4096,
-                    "token_usage": running / self.config.max_running_requests,
-                    "gen_throughput": 0.0,
-                }
-            ],
+            "loads": [rank],
         }
 
     def metrics(self) -> str:
@@ -295,9 +299,13 @@ class FakeSGLangServer:
         lines = []
         for metric, kind, value in (
             ("num_running_reqs", "gauge", len(s.running)),
-            ("num_queue_reqs", "gauge", 0),
-            ("token_usage", "gauge", len(s.running) / self.config.max_running_requests),
-            ("gen_throughput", "gauge", 0.0),
+            ("num_queue_reqs", "gauge", self.load_override.get("num_waiting_reqs", 0)),
+            (
+                "token_usage",
+                "gauge",
+                self.load_override.get("token_usage", len(s.running) / self.config.max_running_requests),
+            ),
+            ("gen_throughput", "gauge", self.load_override.get("gen_throughput", 0.0)),
             ("prompt_tokens_total", "counter", s.prompt_tokens_total),
             ("generation_tokens_total", "counter", s.generation_tokens_total),
             ("num_requests_total", "counter", s.requests_total),
@@ -582,8 +590,10 @@ def _handler(fake: FakeSGLangServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/v1/models":
                 self.reply(200, {"object": "list", "data": [{"id": fake.config.model_path, "object": "model"}]})
             elif path in ("/v1/loads", "/loads", "/get_load"):
+                fake.load_reads.append((time.monotonic(), path))
                 self.reply(200, fake.loads())
             elif path == "/metrics":
+                fake.load_reads.append((time.monotonic(), path))
                 self.reply(200, fake.metrics(), "text/plain; version=0.0.4")
             else:
                 self.reply(404, {"error": f"no route {path}"})

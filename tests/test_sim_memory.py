@@ -8,6 +8,8 @@ second prefill).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +19,10 @@ from pearl_sched.makespan import DeviceParams
 from pearl_sched.sim import LinearStepTimes, Pool, TrajectorySpec, Turn, simulate_batch
 from pearl_sched.sim.memory import WorkerMemory, default_mem_fraction_static, kv_pool_tokens
 from pearl_sched.sim.rollout import Engine, RolloutSimulation
+from pearl_sched.sim.router import LoadReport
 from tests.builders import DATA, FLAT, TWO_TURNS
+
+ReportOf = Callable[[int], LoadReport]
 
 
 def test_radix_cache_evicts_least_recently_used_tails_and_never_locked_prefixes() -> None:
@@ -131,8 +136,10 @@ def test_the_cache_aware_gateway_gives_a_fast_and_a_slow_worker_the_same_traject
         seen: list[set[int]] = [set(), set()]
         route = sim.prefill_router.route
 
-        def record(index: int, prompt: float, now: float, loads: list[tuple[int, int]]) -> int:
-            worker = route(index, prompt, now, loads)
+        def record(
+            index: int, prompt: float, now: float, loads: list[tuple[int, int]], report: ReportOf | None = None
+        ) -> int:
+            worker = route(index, prompt, now, loads, report)
             seen[worker].add(index)
             return worker
 
@@ -198,15 +205,16 @@ def test_mixed_chunk_lets_decode_advance_during_a_prefill() -> None:
 def test_attention_dp_prefill_on_one_rank_holds_the_other_ranks_decode() -> None:
     short = TrajectorySpec((Turn(10, 30, 0.0),))
     late = TrajectorySpec((Turn(10, 1, 0.0), Turn(4000, 1, 0.0)))
-    # Two ranks: short on rank 0, late on rank 1 (least loaded, then cache-aware back to rank 1). Both prompts
-    # prefill in parallel (0.01 s), one decode step (0.02 s) ends late's first turn, and its 4,000-token prompt
-    # prefills on rank 1 for 4 s.
-    separate = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2), [short, late])
+    # Two ranks: late on rank 0, short on rank 1 (rank 0's since-poll tally is 10 tokens); late's second turn is a
+    # miss whose ranks tie at 10 tokens each, the tie to rank 0 (the simulator's; smg breaks it at random). Both
+    # prompts prefill in parallel (0.01 s), one decode step (0.02 s) ends late's first turn, and its 4,000-token
+    # prompt prefills on rank 0 for 4 s.
+    separate = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2), [late, short])
     assert max(separate.finish_times_s) == pytest.approx(4.02 + 0.01)  # short ended at 0.31 s, untouched
     assert min(separate.finish_times_s) == pytest.approx(0.01 + 0.30)
     # One engine with attention-DP 2: rank 1's 4 s prefill holds rank 0's decode, so short (1 token done at
     # 0.02 s) decodes its other 29 after 4.02 s (Prorsa's first reason).
-    engine = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, attention_dp=2), [short, late])
+    engine = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, attention_dp=2), [late, short])
     assert max(engine.finish_times_s) == pytest.approx(4.02 + 0.29)
 
 

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
-from pearl_sched.sim.router import MAX_TREE_SIZE, Router
+from pearl_sched.sim.router import MAX_TREE_SIZE, LoadReport, Router
 
 
 def _burst(router: Router, members: list[int], prompt: float, workers: int) -> list[int]:
@@ -114,3 +115,68 @@ def test_round_robin_and_least_load_ignore_prefixes() -> None:
     assert [rr.route(1, 1000.0, t, [(0, 0), (1, 9), (2, 0)]) for t in range(4)] == [0, 1, 2, 0]
     ll = Router("least_load")
     assert [ll.route(1, 1000.0, t, [(0, 2), (1, 1), (2, 1)]) for t in range(2)] == [1, 1]
+
+
+def _reports(table: dict[int, LoadReport]) -> Callable[[int], LoadReport]:
+    return lambda w: table[w]
+
+
+def test_a_miss_goes_to_the_least_reported_token_work_over_throughput() -> None:
+    """Worker 0 reports 3 waiting requests (no token count: 3 x 1024 = 3072 tokens) at 1,000 tok/s: 3.07 s;
+    worker 1 reports 6,000 waiting uncached tokens at 4,000 tok/s: 1.5 s; worker 2 nothing waiting but KV usage
+    0.9 at 2,000 tok/s: 0.15 x 0.9 / 0.1 = 1.35 s. In-flight counts (0 / 5 / 5) would pick worker 0."""
+    table = {
+        0: LoadReport(waiting_reqs=3, gen_throughput=1000.0),
+        1: LoadReport(waiting_reqs=2, waiting_uncached_tokens=6000.0, gen_throughput=4000.0),
+        2: LoadReport(token_usage=0.79, gen_throughput=2000.0),
+    }
+    # worker 2 at 0.79: 0.15 x 0.79 / 0.21 = 0.564 s, the least
+    router = Router("cache_aware")
+    assert router.route(1, 2000.0, 0.0, [(0, 0), (1, 5), (2, 5)], _reports(table)) == 2
+    # the tokens routed since the poll count: 2,000 more on worker 2 (1.0 + 0.564 s) vs worker 1's 1.5 s
+    assert router.route(2, 100.0, 1.0, [(0, 0), (1, 5), (2, 6)], _reports(table)) == 1
+    # and with no reports the in-flight count decides, as before
+    assert Router("cache_aware").route(1, 2000.0, 0.0, [(0, 0), (1, 5), (2, 5)]) == 0
+
+
+def test_reports_are_stale_between_polls_every_ten_seconds() -> None:
+    """The snapshot taken at 0 s holds until 10 s although worker 1's queue grew at 5 s; the since-poll tally
+    (1,000 tokens at the default 2,000 tok/s: 0.5 s each) water-fills in between and restarts at the poll."""
+    table = {0: LoadReport(), 1: LoadReport(waiting_reqs=1)}  # 1024 / 2000 = 0.512 s on worker 1
+    router = Router("cache_aware")
+    live = [(0, 0), (1, 0)]
+    assert router.route(1, 1000.0, 0.0, live, _reports(table)) == 0  # 0 < 0.512
+    assert router.route(2, 1000.0, 1.0, live, _reports(table)) == 0  # 0.5 < 0.512
+    table[1] = LoadReport(waiting_reqs=20)  # worker 1's queue grows at 5 s: smg does not know yet
+    assert router.route(3, 1000.0, 5.0, live, _reports(table)) == 1  # 0.512 < 1.0
+    assert router.route(4, 1000.0, 10.0, live, _reports(table)) == 0  # polled: 0 < 20 x 1024 / 2000
+
+
+def test_an_overloaded_worker_is_left_out_while_another_is_under_both_thresholds() -> None:
+    """Worker 0's last report has 8 waiting requests (the threshold, inclusive), worker 1 KV usage 0.8: both are
+    vetoed, even for the trajectory whose prefix worker 0 holds; worker 2 gets everything. Under 8 and 0.8 they
+    are back at the next poll; with every worker over, all stay eligible (no shedding by default)."""
+    table = {0: LoadReport(), 1: LoadReport(), 2: LoadReport(waiting_reqs=7, token_usage=0.79)}
+    router = Router("cache_aware")
+    assert router.route(5, 4000.0, 0.0, [(0, 0), (1, 1), (2, 1)], _reports(table)) == 0  # the holder
+    table[0], table[1] = LoadReport(waiting_reqs=8), LoadReport(token_usage=0.8)
+    assert router.route(5, 5000.0, 9.0, [(0, 1), (1, 1), (2, 1)], _reports(table)) == 0  # not polled yet
+    assert router.route(5, 6000.0, 10.0, [(0, 1), (1, 1), (2, 1)], _reports(table)) == 2  # vetoed: a miss to 2
+    assert router.route(6, 100.0, 11.0, [(0, 0), (1, 0), (2, 9)], _reports(table)) == 2
+    table[0] = LoadReport(waiting_reqs=7)
+    assert router.route(7, 100.0, 20.0, [(0, 0), (1, 0), (2, 9)], _reports(table)) == 0
+    every = {w: LoadReport(waiting_reqs=9) for w in range(3)}
+    router = Router("cache_aware")
+    assert router.route(8, 100.0, 0.0, [(0, 3), (1, 1), (2, 2)], _reports(every)) == 0  # 9 x 1024: tie, index
+
+
+def test_a_joining_worker_gets_one_miss_in_four_during_its_first_minute() -> None:
+    """Workers 0 and 1 are older than 60 s; worker 2 joins at 100 s and is the most loaded, so the least-wait
+    rule never picks it: misses 4 and 8 (every fourth, counted from the router's first) go to it until 160 s."""
+    router = Router("cache_aware")
+    for i in range(3):  # misses 1-3 at 0 s (workers 0 and 1 warming too, but the least loaded is among them)
+        router.route(100 + i, 100.0, 0.0, [(0, 0), (1, 0)])
+    live = [(0, 0), (1, 0), (2, 9)]
+    chosen = [router.route(i, 100.0, 100.0 + i, live) for i in range(5)]
+    assert chosen == [2, 0, 0, 0, 2]  # misses 4 and 8
+    assert [router.route(10 + i, 100.0, 160.0 + i, live) for i in range(4)] == [0, 0, 0, 0]  # miss 12: too old

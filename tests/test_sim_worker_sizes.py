@@ -34,12 +34,14 @@ LATE = TrajectorySpec((Turn(10, 1, 0.0), Turn(4000, 1, 0.0)))  # its second prom
 
 
 def test_colocated_ranks_of_one_engine_hold_each_other_and_pd_ranks_do_not() -> None:
-    # Colocated: SHORT decodes on rank 0, LATE's 4,000-token prompt prefills on rank 1 from 0.02 s to 4.02 s. As
+    # Colocated: LATE goes to rank 0 and SHORT to rank 1 (the gateway's expected-wait tally: rank 0 has 10 tokens);
+    # LATE's second turn is a miss tied at 10 tokens a rank, the tie to rank 0 (the simulator's; smg's is random).
+    # SHORT decodes on rank 1, LATE's 4,000-token prompt prefills on rank 0 from 0.02 s to 4.02 s. As
     # two engines SHORT is done at 0.01 + 30 × 0.01 s; as the two ranks of one engine its decode is held for the 4 s
     # prefill, so its last 29 tokens come after 4.02 s (Prorsa's first reason for disaggregation).
     one, two = (Engine(FLAT, math.inf, ranks=2),), (Engine(FLAT, math.inf), Engine(FLAT, math.inf))
-    apart = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, colocated_engines=two), [SHORT, LATE])
-    engine = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, colocated_engines=one), [SHORT, LATE])
+    apart = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, colocated_engines=two), [LATE, SHORT])
+    engine = simulate_batch(Pool(Mode.COLOCATED, FLAT, colocated_workers=2, colocated_engines=one), [LATE, SHORT])
     assert min(apart.finish_times_s) == pytest.approx(0.01 + 0.30)
     assert max(engine.finish_times_s) == pytest.approx(4.02 + 0.29)
     assert min(engine.finish_times_s) > 4.0  # SHORT itself waited for the other rank's prefill

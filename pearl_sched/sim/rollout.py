@@ -54,7 +54,7 @@ from pearl_sched.sim.memory import (
     RETRACT_DECODE_STEPS,
     WorkerMemory,
 )
-from pearl_sched.sim.router import ROUTER_POLICIES, Router
+from pearl_sched.sim.router import ROUTER_POLICIES, LoadReport, Router
 from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import Mode
 
@@ -581,6 +581,28 @@ class RolloutSimulation:
             return len(d.active) + len(p.queue) + (len(p.running) if p.running else 0)
         return p.in_flight
 
+    def _report(self, worker: int) -> LoadReport:
+        """A prefill-side worker's ``/v1/loads`` as SGLang would answer now.
+
+        Its prefill queue (requests, and the uncached tokens left of them and of the running chunk), KV usage
+        without the evictable cache and, colocated, the decode batch's generation rate.
+        """
+        p = self.prefillers[worker]
+        running = p.running or []
+        uncached = sum(j.left for j in p.queue) + sum(j.left for j, _ in running)
+        d = self.decoders[worker] if self.colocated else None
+        decode = d.kv() if d is not None else 0.0
+        usage = p.memory.pinned(decode) / p.memory.capacity_tokens
+        rate = len(d.active) / d.tau if d is not None and d.active and d.tau > 0 and not d.paused else 0.0
+        return LoadReport(len(p.queue), uncached, usage, rate)
+
+    def _decode_report(self, worker: int) -> LoadReport:
+        """A PD decode worker's ``/v1/loads``: its queues, KV usage (no evictable cache), generation rate."""
+        d = self.decoders[worker]
+        waiting = len(d.prealloc) + len(d.reserved) + len(d.waiting) + len(d.retracted) + d.incoming
+        rate = len(d.active) / d.tau if d.active and d.tau > 0 and not d.paused else 0.0
+        return LoadReport(waiting, 0.0, d.memory.pinned(d.kv()) / d.memory.capacity_tokens, rate)
+
     def _loads(self) -> list[tuple[int, int]]:
         """(worker, routing load) of every live prefill-side worker (:meth:`_load`, in one pass)."""
         if self.colocated:
@@ -596,13 +618,17 @@ class RolloutSimulation:
         if not loads:  # every prefill worker left: wait for one to join
             self.parked.append(job)
             return
-        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, loads)
+        worker = self.prefill_router.route(job.index, job.prompt_tokens, self.now, loads, self._report)
         p = self.prefillers[worker]
         p.in_flight += 1
         decoders = [w for w, d in enumerate(self.decoders) if d.alive] if not self.colocated else []
         if decoders:  # PD: the gateway picks the decode worker too, which preallocates KV before the prefill runs
             target = self.decode_router.route(
-                job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in decoders]
+                job.index,
+                job.prompt_tokens,
+                self.now,
+                [(w, self._decode_load(w)) for w in decoders],
+                self._decode_report,
             )
             self.decoders[target].prealloc.append((job, worker))
             self._admit(target)
@@ -768,7 +794,9 @@ class RolloutSimulation:
             return
         alive = [w for w, d in enumerate(self.decoders) if d.alive]
         target = (
-            self.decode_router.route(job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in alive])
+            self.decode_router.route(
+                job.index, job.prompt_tokens, self.now, [(w, self._decode_load(w)) for w in alive], self._decode_report
+            )
             if alive
             else -1
         )
@@ -886,7 +914,7 @@ class RolloutSimulation:
                 self.parked.append(job)
                 return True
             prefiller = self.prefill_router.route(
-                job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive]
+                job.index, job.prompt_tokens, self.now, [(w, self._load(w)) for w in alive], self._report
             )
             self.prefillers[prefiller].in_flight += 1
         self.prefillers[prefiller].queue.append(job)

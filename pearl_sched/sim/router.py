@@ -18,9 +18,20 @@ was checked against the 1.13.0 binary:
   belongs to the hash index (``--cache-index hash``), not to the tree, and does not apply here.
 * ``least_load`` and ``round_robin`` ignore prefixes.
 
-Load is the requests a worker has in flight. smg's spill targets and misses are ranked by its expected-wait
-scorer, which compares in-flight counts when no worker reports load and otherwise the reported token work over
-the reported throughput; the simulator ranks by in-flight count (ties by worker index) — a simplification.
+The hot test counts the requests a worker has in flight. Which worker a miss, or a hit among several
+candidates, goes to is smg's *expected-wait* scorer (``least_load.rs``), fed by the engines' load reports, which
+smg polls (``/v1/loads``) every ``--load-monitor-interval`` 10 s — stale in between. When ``route`` is given a
+``report`` (the simulated engines' state, :class:`LoadReport`), the score of a worker with a snapshot is
+(reported waiting uncached tokens — else waiting requests × 1,024 — plus the tokens routed to it since the poll)
+over its reported generation throughput (2,000 tok/s when it reports none) plus 0.15 · k / (1 − k) for its
+reported KV usage k; a worker without one yet (it joined after the poll) scores its in-flight count × 1,024
+over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
+cold-start rule. smg breaks ties at random; the simulator by worker index. Two more 1.13.0 defaults read the
+reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
+KV usage ≥ 0.8 while another worker is under both (every worker over: all stay eligible); and the *warm-up
+slice* (``--worker-warmup-secs`` 60, ``--worker-warmup-share`` 0.25) sends one miss in four to the least
+expected-wait worker among those that joined less than 60 s ago. docs/simulator.md, "The gateway", has what
+was checked against the binary and what is left out (the diversion of hits to *thin* workers).
 
 What the tree holds, in the simulator's terms: a trajectory's prompts grow turn by turn, so its deepest match is
 its previous turn's prompt, held by the worker that turn went to; the members of a GRPO group share their first
@@ -33,7 +44,7 @@ Whether a worker still *holds* the prefix is the worker's radix cache's business
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 ROUTER_POLICIES = ("cache_aware", "least_load", "round_robin")
@@ -45,6 +56,29 @@ MAX_MATCHED_TENANTS = 8
 BLOCK_SIZE = 16
 MAX_TREE_SIZE = 67_108_864
 EVICTION_INTERVAL_S = 60.0
+LOAD_MONITOR_INTERVAL_S = 10.0  # --load-monitor-interval
+MEAN_PREFILL_TOKENS = 1024.0  # --least-load-mean-prefill-tokens
+DEFAULT_THROUGHPUT = 2000.0  # --least-load-default-throughput
+KV_PRESSURE_WEIGHT = 0.15  # --least-load-kv-pressure-weight
+OVERLOAD_WAITING_REQUESTS = 8  # --worker-overload-waiting-requests
+OVERLOAD_TOKEN_USAGE = 0.8  # --worker-overload-token-usage
+WARMUP_S = 60.0  # --worker-warmup-secs
+WARMUP_PERIOD = 4  # round(1 / --worker-warmup-share 0.25)
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What one worker's ``/v1/loads`` tells smg (summed over its DP ranks; ``token_usage`` their mean)."""
+
+    waiting_reqs: int = 0
+    waiting_uncached_tokens: float = 0.0
+    token_usage: float = 0.0
+    gen_throughput: float = 0.0
+
+    @property
+    def overloaded(self) -> bool:
+        """Smg's overload veto: waiting requests or KV usage at or above the default thresholds."""
+        return self.waiting_reqs >= OVERLOAD_WAITING_REQUESTS or self.token_usage >= OVERLOAD_TOKEN_USAGE
 
 
 def _by_load(worker_load: tuple[int, int]) -> tuple[int, int]:
@@ -62,38 +96,93 @@ class Router:
     tenants: dict[int, dict[int, float]] = field(default_factory=dict)  # group key → {worker: last insert time}
     tree_tokens: float = 0.0  # the approximate tree's size, counted once per tenant
     next_eviction_s: float = EVICTION_INTERVAL_S
+    reports: dict[int, LoadReport] = field(default_factory=dict)  # the last poll's snapshot
+    since_poll: dict[int, float] = field(default_factory=dict)  # tokens routed to each worker since that poll
+    next_poll_s: float = 0.0
+    joined: dict[int, float] = field(default_factory=dict)  # worker → when the router first saw it
+    misses: int = 0  # misses routed so far (the warm-up slice takes every fourth)
 
     def __post_init__(self) -> None:
         """Refuse a policy the gateway does not have."""
         if self.policy not in ROUTER_POLICIES:
             raise ValueError(f"unknown router policy {self.policy!r}; choose one of {', '.join(ROUTER_POLICIES)}")
 
-    def route(self, index: int, prompt_tokens: float, now_s: float, loads: Sequence[tuple[int, int]]) -> int:
-        """The worker for the trajectory's request; ``loads`` holds (worker, requests in flight) of live workers."""
+    def route(
+        self,
+        index: int,
+        prompt_tokens: float,
+        now_s: float,
+        loads: Sequence[tuple[int, int]],
+        report: Callable[[int], LoadReport] | None = None,
+    ) -> int:
+        """The worker for the trajectory's request; ``loads`` holds (worker, requests in flight) of live workers.
+
+        ``report`` gives a worker's load report as the engine would answer a poll now; ``None``: no reports.
+        """
         if self.policy == "round_robin":
             live = sorted(w for w, _ in loads)
             worker = live[self.turn % len(live)]
             self.turn += 1
             return worker
-        least = min(loads, key=_by_load)[0]
         if self.policy == "least_load":
-            return least
+            return min(loads, key=_by_load)[0]
         load = dict(loads)
+        for w in load:
+            self.joined.setdefault(w, now_s)
+        if report is not None and now_s >= self.next_poll_s:
+            self._poll(load, report, now_s)
         if now_s >= self.next_eviction_s:
             self._evict(now_s)
+        eligible = [w for w in sorted(load) if not (w in self.reports and self.reports[w].overloaded)]
+        eligible = eligible or sorted(load)  # every worker overloaded: all stay (no --worker-overload-shed)
         matched, candidates = self._match(index, load)
+        candidates = [w for w in candidates if w in eligible]
         pages = math.floor(matched / BLOCK_SIZE) * BLOCK_SIZE  # the token tree counts whole pages
         rate = min(pages, prompt_tokens) / prompt_tokens if prompt_tokens > 0 else 0.0
-        worker = least
+        mean = sum(load.values()) / len(load)
+        margin = min(BALANCE_ABS_THRESHOLD, max(SPILL_MARGIN_FLOOR, 2 * math.sqrt(mean)))
+        cool = [w for w in eligible if not (load[w] > mean + margin and load[w] > BALANCE_REL_THRESHOLD * mean)]
         if rate > CACHE_THRESHOLD and candidates:
-            mean = sum(load.values()) / len(load)
-            margin = min(BALANCE_ABS_THRESHOLD, max(SPILL_MARGIN_FLOOR, 2 * math.sqrt(mean)))
-            cool = [w for w in candidates if not (load[w] > mean + margin and load[w] > BALANCE_REL_THRESHOLD * mean)]
-            if cool:
-                worker = min(cool, key=lambda w: (load[w], w))
-            # every candidate hot: the least loaded worker, which is never hot (hot needs more than the mean)
+            # the least expected-wait candidate that is not hot, else the least expected-wait worker not hot
+            worker = self._least_wait([w for w in candidates if w in cool] or cool or eligible, load)
+        else:
+            self.misses += 1
+            warming = [w for w in eligible if now_s - self.joined[w] < WARMUP_S]
+            if warming and self.misses % WARMUP_PERIOD == 0:
+                worker = self._least_wait(warming, load)
+            else:
+                worker = self._least_wait(eligible, load)
+        if self.reports:
+            self.since_poll[worker] = self.since_poll.get(worker, 0.0) + prompt_tokens
         self._insert(index, worker, prompt_tokens, now_s)
         return worker
+
+    def _poll(self, load: dict[int, int], report: Callable[[int], LoadReport], now_s: float) -> None:
+        """Smg's load monitor: a fresh snapshot of every live worker; the since-poll tallies start again."""
+        self.reports = {w: report(w) for w in load}
+        self.since_poll = {}
+        self.next_poll_s = (math.floor(now_s / LOAD_MONITOR_INTERVAL_S) + 1) * LOAD_MONITOR_INTERVAL_S
+
+    def _least_wait(self, workers: list[int], load: dict[int, int]) -> int:
+        """The worker of least expected wait (smg's ``select_min_expected_wait``); ties to the lowest index."""
+        reports = {w: self.reports[w] for w in workers if w in self.reports}
+        if not reports:  # no snapshot at all: join-shortest-queue on the in-flight count
+            return min(workers, key=lambda w: (load[w], w))
+        rates = [r.gen_throughput for r in reports.values() if r.gen_throughput > 0]
+        nominal = sum(rates) / len(rates) if rates else DEFAULT_THROUGHPUT
+
+        def score(w: int) -> float:
+            r = reports.get(w)
+            if r is None:  # joined after the poll
+                return load[w] * MEAN_PREFILL_TOKENS / nominal
+            queued = (
+                r.waiting_uncached_tokens if r.waiting_uncached_tokens > 0 else r.waiting_reqs * MEAN_PREFILL_TOKENS
+            )
+            k = min(max(r.token_usage, 0.0), 0.999)
+            rate = r.gen_throughput if r.gen_throughput > 0 else DEFAULT_THROUGHPUT
+            return (queued + self.since_poll.get(w, 0.0)) / rate + KV_PRESSURE_WEIGHT * k / (1 - k)
+
+        return min(workers, key=lambda w: (score(w), w))
 
     def _match(self, index: int, load: dict[int, int]) -> tuple[float, list[int]]:
         """The deepest matched node's length and its live tenants (most recent first, at most eight)."""
@@ -101,6 +190,8 @@ class Router:
         if own is not None and own[0] not in load:  # its worker left: purged from the tree
             del self.placed[index]
             own = None
+        for w in [w for w in self.joined if w not in load]:  # a worker that comes back is new again
+            del self.joined[w]
         group = self.groups.get(index)
         if own is not None and (group is None or own[1] > group[1]):
             return own[1], [own[0]]
