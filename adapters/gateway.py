@@ -75,12 +75,13 @@ class Gateway:
         port: int,
         host: str = "127.0.0.1",
         pd: bool = False,
-        policy: str = "round_robin",
+        policy: str = "cache_aware",
         metrics_port: int | None = None,
         binary: str | None = None,
         log_dir: str | Path | None = None,
         timeout_s: float = 10.0,
         api_key: str | FromEnv | None = FROM_ENV,
+        overload_protection: bool = False,
     ) -> None:
         """Describe the gateway; :meth:`start` launches it.
 
@@ -88,17 +89,25 @@ class Gateway:
             port: the port its HTTP API listens on.
             host: the address it binds.
             pd: PD-disaggregated mode (``--pd-disaggregation``) instead of regular.
-            policy: smg's load-balancing policy (``--policy``).
+            policy: smg's load-balancing policy (``--policy``); ``cache_aware``, smg's default and the one the
+                simulated gateway models by default.
             metrics_port: its Prometheus port; ``port + 1`` when ``None``.
             binary: the ``smg`` executable; :func:`find_smg` when ``None``.
             log_dir: where its log (0600) goes; a new temporary folder when ``None``.
             timeout_s: seconds one call to its API may take.
             api_key: the bearer key; by default ``$PEARL_SCHED_API_KEY``, ``None`` for none.
+            overload_protection: smg's worker overload protection (on in smg 1.13 unless
+                ``--disable-worker-overload-protection``). Off by default: a rollout must serve every turn, and the
+                veto (8 waiting requests or 0.8 KV usage) sends a long context's next turn away from the worker that
+                caches it — in the simulator it halves pearl_sched's throughput on the coding-agent scenarios
+                (docs/simulator.md, "The load reports"). The simulated gateway follows this default
+                (``pearl_sched.sim.router.GATEWAY_OVERLOAD_PROTECTION``).
 
         Raises:
             InvalidArgumentError: a bad host, port, metrics port or API key.
         """
         self.host, self.port, self.pd, self.policy = validate_host(host), validate_port(port), pd, policy
+        self.overload_protection = overload_protection
         self.metrics_port = validate_port(metrics_port if metrics_port is not None else port + 1)
         self.binary = binary
         self.log_dir = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="pearl-sched-smg-"))
@@ -201,6 +210,8 @@ class Gateway:
         ]
         if self.pd:
             argv.append("--pd-disaggregation")
+        if not self.overload_protection:
+            argv.append("--disable-worker-overload-protection")
         if self.api_key is not None:
             argv += ["--api-key", self.api_key]
         return argv

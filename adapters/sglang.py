@@ -850,6 +850,7 @@ def replace_gateway(gateway: Gateway, *, pd: bool) -> Gateway:
         log_dir=gateway.log_dir,
         timeout_s=gateway.timeout_s,
         api_key=gateway.api_key,
+        overload_protection=gateway.overload_protection,
     )
 
 

@@ -1,7 +1,8 @@
 """Which of the gateway's load-report rules moves a segment: pearl_sched with all three, then each switched off.
 
-A diagnosis, not a configuration: the rules are switched off by patching ``pearl_sched.sim.router`` in this
-process (docs/simulator.md, "The load reports"). Run: ``.venv/bin/python bench/smg_loads_diag.py VARIANT SEGMENT``
+A diagnosis, not a configuration: the rules are switched on and off by patching ``pearl_sched.sim.router`` in
+this process (docs/simulator.md, "The load reports"). "all three" is smg 1.13.0's defaults, the overload veto
+included, which pearl_sched's adapters (and so the simulator, by default) switch off. Run: ``.venv/bin/python bench/smg_loads_diag.py VARIANT SEGMENT``
 (SEGMENT an index from 0), e.g. ``swe-qwen3-30b-a3b/32k 0``; one simulation per case.
 """
 
@@ -16,6 +17,16 @@ from pearl_sched.sim.scenario import load_scenario
 variant, seg = sys.argv[1], int(sys.argv[2])
 scenario = next(v for v in load_scenario(variant.split("/")[0]).expand() if v.name == variant)
 orig_least, orig_overloaded, orig_poll = r.Router._least_wait, r.LoadReport.overloaded, r.Router._poll
+orig_post_init = r.Router.__post_init__
+
+
+def protected_post_init(self: r.Router) -> None:
+    """Every router of the run with smg's overload protection on (its default; the adapters turn it off)."""
+    orig_post_init(self)
+    self.overload_protection = True
+
+
+r.Router.__post_init__ = protected_post_init  # type: ignore[method-assign]
 stats: collections.Counter[str] = collections.Counter()
 usage: list[float] = []
 

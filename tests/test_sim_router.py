@@ -157,7 +157,7 @@ def test_an_overloaded_worker_is_left_out_while_another_is_under_both_thresholds
     vetoed, even for the trajectory whose prefix worker 0 holds; worker 2 gets everything. Under 8 and 0.8 they
     are back at the next poll; with every worker over, all stay eligible (no shedding by default)."""
     table = {0: LoadReport(), 1: LoadReport(), 2: LoadReport(waiting_reqs=7, token_usage=0.79)}
-    router = Router("cache_aware")
+    router = Router("cache_aware", overload_protection=True)
     assert router.route(5, 4000.0, 0.0, [(0, 0), (1, 1), (2, 1)], _reports(table)) == 0  # the holder
     table[0], table[1] = LoadReport(waiting_reqs=8), LoadReport(token_usage=0.8)
     assert router.route(5, 5000.0, 9.0, [(0, 1), (1, 1), (2, 1)], _reports(table)) == 0  # not polled yet
@@ -166,8 +166,37 @@ def test_an_overloaded_worker_is_left_out_while_another_is_under_both_thresholds
     table[0] = LoadReport(waiting_reqs=7)
     assert router.route(7, 100.0, 20.0, [(0, 0), (1, 0), (2, 9)], _reports(table)) == 0
     every = {w: LoadReport(waiting_reqs=9) for w in range(3)}
-    router = Router("cache_aware")
+    router = Router("cache_aware", overload_protection=True)
     assert router.route(8, 100.0, 0.0, [(0, 3), (1, 1), (2, 2)], _reports(every)) == 0  # 9 x 1024: tie, index
+
+
+def test_without_overload_protection_the_holder_keeps_its_trajectory() -> None:
+    """The same reports as above on a gateway launched as pearl_sched's adapters launch it
+    (``--disable-worker-overload-protection``, the simulator's default): worker 0 reports 8 waiting requests, yet
+    trajectory 5's next turn goes to it, the holder of its prefix (one candidate, not hot); a miss ranks every
+    worker by expected wait, vetoed or not (worker 1 at 0.8 KV: 0.15 x 0.8 / 0.2 = 0.6 s, less than
+    (8 x 1024 + 6,000 routed since the poll) / 2000 = 7.1 s on worker 0 and 7 x 1024 / 2000 + 0.56 = 4.1 s on
+    worker 2)."""
+    table = {0: LoadReport(), 1: LoadReport(), 2: LoadReport(waiting_reqs=7, token_usage=0.79)}
+    router = Router("cache_aware")
+    assert not router.overload_protection
+    assert router.route(5, 4000.0, 0.0, [(0, 0), (1, 1), (2, 1)], _reports(table)) == 0
+    table[0], table[1] = LoadReport(waiting_reqs=8), LoadReport(token_usage=0.8)
+    assert router.route(5, 6000.0, 10.0, [(0, 1), (1, 1), (2, 1)], _reports(table)) == 0  # not vetoed: the holder
+    assert router.route(6, 100.0, 11.0, [(0, 0), (1, 0), (2, 9)], _reports(table)) == 1
+
+
+def test_the_simulated_gateway_is_launched_as_the_adapters_launch_smg() -> None:
+    """The simulator's overload-protection default is the adapters' Gateway's, and the argv says so to smg."""
+    from pearl_sched.adapters.gateway import Gateway
+    from pearl_sched.sim.router import GATEWAY_OVERLOAD_PROTECTION
+
+    default = Gateway(port=30000, binary="smg", api_key=None)
+    assert default.overload_protection is GATEWAY_OVERLOAD_PROTECTION
+    assert ("--disable-worker-overload-protection" in default.argv()) is not GATEWAY_OVERLOAD_PROTECTION
+    assert default.policy == Router().policy == "cache_aware"
+    kept = Gateway(port=30000, binary="smg", api_key=None, overload_protection=True)
+    assert "--disable-worker-overload-protection" not in kept.argv()
 
 
 def test_a_joining_worker_gets_one_miss_in_four_during_its_first_minute() -> None:

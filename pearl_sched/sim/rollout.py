@@ -54,7 +54,7 @@ from pearl_sched.sim.memory import (
     RETRACT_DECODE_STEPS,
     WorkerMemory,
 )
-from pearl_sched.sim.router import ROUTER_POLICIES, LoadReport, Router
+from pearl_sched.sim.router import GATEWAY_OVERLOAD_PROTECTION, ROUTER_POLICIES, LoadReport, Router
 from pearl_sched.sim.steptimes import StepTimes
 from pearl_sched.state import Mode
 
@@ -121,6 +121,8 @@ class Pool:
         kv_capacity_tokens: Each worker's KV pool in tokens (every role; ``memory.kv_pool_tokens``).
         chunk_tokens: SGLang's ``--chunked-prefill-size``: the most new tokens one prefill step computes.
         router: The gateway's policy: ``cache_aware`` (smg's default), ``least_load`` or ``round_robin``.
+        overload_protection: smg's worker overload protection (its default; pearl_sched's adapters launch the
+            gateway with it off: ``router.GATEWAY_OVERLOAD_PROTECTION``).
         decode_radix_cache: SGLang's ``--disaggregation-decode-enable-radix-cache`` (off by default).
         enable_mixed_chunk: SGLang's ``--enable-mixed-chunk``: a prefill chunk and the decode batch in one step.
         step_overhead_s: Framework seconds added to every step (scheduling, sampling, launch).
@@ -145,6 +147,7 @@ class Pool:
     link_bytes_per_s: float = float("inf")
     chunk_tokens: int = 8192
     router: str = "cache_aware"
+    overload_protection: bool = GATEWAY_OVERLOAD_PROTECTION
     decode_radix_cache: bool = False
     enable_mixed_chunk: bool = False
     step_overhead_s: float = 0.0
@@ -407,8 +410,11 @@ class RolloutSimulation:
                 pool.prefill_engines,
                 pool.decode_engines,
             )
-        self.prefill_router = Router(pool.router, groups=self.groups)
-        self.decode_router = Router(pool.router if pool.decode_radix_cache else "least_load", groups=self.groups)
+        protection = pool.overload_protection
+        self.prefill_router = Router(pool.router, groups=self.groups, overload_protection=protection)
+        self.decode_router = Router(
+            pool.router if pool.decode_radix_cache else "least_load", groups=self.groups, overload_protection=protection
+        )
         self.events: list[tuple[float, int, _Kind, int, int]] = []
         self._seq = itertools.count()
         self.finish_times: list[float] = []

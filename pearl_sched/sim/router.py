@@ -28,7 +28,9 @@ reported KV usage k; a worker without one yet (it joined after the poll) scores 
 over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
 cold-start rule. smg breaks ties at random; the simulator by worker index. Two more 1.13.0 defaults read the
 reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
-KV usage ≥ 0.8 while another worker is under both (every worker over: all stay eligible); and the *warm-up
+KV usage ≥ 0.8 while another worker is under both (every worker over: all stay eligible) — on in smg by default,
+off here by default because pearl_sched's adapters launch smg with ``--disable-worker-overload-protection``
+(``overload_protection=True`` models a gateway launched with smg's defaults); and the *warm-up
 slice* (``--worker-warmup-secs`` 60, ``--worker-warmup-share`` 0.25) sends one miss in four to the least
 expected-wait worker among those that joined less than 60 s ago. docs/simulator.md, "The gateway", has what
 was checked against the binary and what is left out (the diversion of hits to *thin* workers).
@@ -64,6 +66,10 @@ OVERLOAD_WAITING_REQUESTS = 8  # --worker-overload-waiting-requests
 OVERLOAD_TOKEN_USAGE = 0.8  # --worker-overload-token-usage
 WARMUP_S = 60.0  # --worker-warmup-secs
 WARMUP_PERIOD = 4  # round(1 / --worker-warmup-share 0.25)
+# pearl_sched's adapters launch smg with --disable-worker-overload-protection (adapters.gateway.Gateway, whose
+# ``overload_protection`` defaults to this value): a rollout must serve every turn, and the veto sends a long
+# context's next turn away from the worker that caches it (docs/simulator.md, "The load reports").
+GATEWAY_OVERLOAD_PROTECTION = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class Router:
     next_poll_s: float = 0.0
     joined: dict[int, float] = field(default_factory=dict)  # worker → when the router first saw it
     misses: int = 0  # misses routed so far (the warm-up slice takes every fourth)
+    overload_protection: bool = GATEWAY_OVERLOAD_PROTECTION  # smg's veto (on unless --disable-…-protection)
 
     def __post_init__(self) -> None:
         """Refuse a policy the gateway does not have."""
@@ -133,7 +140,8 @@ class Router:
             self._poll(load, report, now_s)
         if now_s >= self.next_eviction_s:
             self._evict(now_s)
-        eligible = [w for w in sorted(load) if not (w in self.reports and self.reports[w].overloaded)]
+        vetoed = {w for w, r in self.reports.items() if r.overloaded} if self.overload_protection else set()
+        eligible = [w for w in sorted(load) if w not in vetoed]
         eligible = eligible or sorted(load)  # every worker overloaded: all stay (no --worker-overload-shed)
         matched, candidates = self._match(index, load)
         candidates = [w for w in candidates if w in eligible]

@@ -27,6 +27,7 @@ from pearl_sched.profiles.model_config import ModelConfig
 from pearl_sched.profiles.to_pearl import fit_device, kv_capacity_bytes
 from pearl_sched.sim.memory import default_chunked_prefill_size, default_mem_fraction_static, kv_pool_tokens
 from pearl_sched.sim.rollout import Engine, Pool, TrajectorySpec
+from pearl_sched.sim.router import GATEWAY_OVERLOAD_PROTECTION
 from pearl_sched.sim.scenario import Scenario, ScenarioError
 from pearl_sched.sim.sources import step_times_for, trajectories_for
 from pearl_sched.sim.steptimes import ComposedStepTimes, StepTimes
@@ -73,6 +74,7 @@ class Setting:
     turns: AgenticTurns | CodingAgentTurns
     gpu_memory_bytes: float = 0.0
     router: str = "cache_aware"
+    overload_protection: bool = GATEWAY_OVERLOAD_PROTECTION  # as pearl_sched's adapters launch smg
     decode_radix_cache: bool = False
     enable_mixed_chunk: bool = False
     step_overhead_s: float = STEP_OVERHEAD_S
@@ -386,6 +388,7 @@ class Setting:
             link_bytes_per_s=self.link_bytes_per_s,
             chunk_tokens=self.chunked_prefill_size,
             router=self.router,
+            overload_protection=self.overload_protection,
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
             step_overhead_s=self.step_overhead_s,
