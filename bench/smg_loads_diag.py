@@ -2,8 +2,9 @@
 
 A diagnosis, not a configuration: the rules are switched on and off by patching ``pearl_sched.sim.router`` in
 this process (docs/simulator.md, "The load reports"). "all three" is smg 1.13.0's defaults, the overload veto
-included, which pearl_sched's adapters (and so the simulator, by default) switch off. Run: ``.venv/bin/python bench/smg_loads_diag.py VARIANT SEGMENT``
-(SEGMENT an index from 0), e.g. ``swe-qwen3-30b-a3b/32k 0``; one simulation per case.
+included, which pearl_sched's adapters (and so the simulator, by default) switch off.
+Run: ``.venv/bin/python bench/smg_loads_diag.py VARIANT SEGMENT`` (SEGMENT an index from 0), e.g.
+``swe-qwen3-30b-a3b/32k 0``; one simulation per case.
 """
 
 import collections
