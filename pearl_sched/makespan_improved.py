@@ -1332,7 +1332,9 @@ class ImprovedMakespanModel:
         formerly sgl-project/sglang ``sgl-router``) sends a request that matches no worker's tree to the one with
         the fewest requests in flight (``Worker::load``, a count) and one that matches to the worker holding its
         prefix, so the batch's first-turn burst is spread by count and each trajectory stays where its prefix is;
-        it weighs no worker by its size. The simulated ``least_load`` sends every request to the worker with the
+        it weighs no worker by its size. (smg 1.13.0 ranks misses by expected wait over each worker's reported
+        throughput; at a batch's start none has reported one, so the burst still splits evenly — docs/makespan.md.)
+        The simulated ``least_load`` sends every request to the worker with the
         fewest in flight, so a faster worker, which drains its requests sooner, takes more (smg's newer
         ``least_load.rs`` divides token work by each worker's reported throughput): the pooled capacity stands for it.
         ``round_robin`` deals requests in turn, but a trajectory's turns visit every worker, so its chain mixes the
