@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -31,17 +32,34 @@ _LINE = re.compile(r"reproduce scenario=(\S+) segment=(\S+) policy=(\S+) through
 
 
 def shipped_figures(policy: str, runs: Path = RUNS) -> dict[tuple[str, str], int]:
-    """(scenario variant, segment) → the tokens per second ``policy`` reached in the run files (the last one read).
+    """(scenario variant, segment) → the tokens per second ``policy`` reached in the run files (the newest one).
 
-    Only the top-level files: ``runs/pre-merge/`` keeps superseded measurements.
+    Files are read oldest first, by when git first recorded them (a file's name says nothing of its age:
+    ``e2e-s12.txt`` sorts before ``e2e-smg-router.txt``); within a file, later lines win. Only the top-level files:
+    ``runs/pre-merge/`` keeps superseded measurements.
     """
     figures: dict[tuple[str, str], int] = {}
-    for path in sorted(runs.glob("*.txt")):
+    for path in sorted(runs.glob("*.txt"), key=lambda p: (_added_at(p), p.name)):
         for line in path.read_text().splitlines():
             m = _LINE.match(line)
             if m and m.group(3) == policy and m.group(2) != "all":
                 figures[(m.group(1), m.group(2))] = int(m.group(4))
     return figures
+
+
+def _added_at(path: Path) -> int:
+    """When git first recorded ``path`` (Unix seconds); a file git does not know yet is the newest."""
+    try:
+        out = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%ct", "--", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return int(out[-1]) if out else 2**62
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,3 +27,32 @@ def test_reads_each_policys_segment_figures_and_skips_the_whole_run_and_supersed
     }
     assert shipped_figures("pearl", tmp_path) == {("e2e", "segment-1"): 53000}
     assert shipped_figures("roll", tmp_path) == {}
+
+
+def test_the_newest_run_file_wins_whatever_its_name(tmp_path: Path) -> None:
+    """``e2e-s12.txt`` sorts before ``e2e-smg-router.txt`` by name, yet it is the later measurement: files are read
+    in the order git first recorded them, and a file git does not know yet counts as the newest."""
+    import os
+    import subprocess
+
+    def git(*args: str, when: str = "2026-12-06T00:00:00") -> None:
+        env = os.environ | {"GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+        env |= {
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        }
+        subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True)
+
+    line = "reproduce scenario=e2e segment=segment-1 policy=pearl_sched throughput_tok_s={} vs_roll=1\n"
+    git("init", "-q")
+    (tmp_path / "z-old.txt").write_text(line.format(100))
+    git("add", "z-old.txt")
+    git("commit", "-qm", "old", when="2026-12-06T00:00:00")
+    (tmp_path / "a-new.txt").write_text(line.format(200))
+    git("add", "a-new.txt")
+    git("commit", "-qm", "new", when="2026-12-07T00:00:00")
+    assert shipped_figures("pearl_sched", tmp_path) == {("e2e", "segment-1"): 200}
+    (tmp_path / "m-uncommitted.txt").write_text(line.format(300))
+    assert shipped_figures("pearl_sched", tmp_path) == {("e2e", "segment-1"): 300}
