@@ -81,6 +81,25 @@ def _fmt(x: float | None) -> str:
     return "nan" if x is None else f"{x:.3f}"
 
 
+def report_lines(report: Report) -> list[str]:
+    """The ``reproduce scenario=…`` lines of one report: each policy per segment and end to end, with its ratios."""
+    oracle = report.oracle()
+    lines = []
+    for policy, run in report.runs.items():
+        for seg in [*run.segments, None]:
+            segment = seg.segment if seg is not None else "all"
+            throughput = seg.throughput_tok_s if seg is not None else run.throughput_tok_s
+            where = seg.segment if seg is not None else None
+            lines.append(
+                f"reproduce scenario={report.scenario.name} segment={segment} policy={policy}"
+                f" throughput_tok_s={throughput:.0f} vs_roll={_fmt(report.ratio(policy, 'roll', where))}"
+                f" vs_pearl={_fmt(report.ratio(policy, 'pearl', where))}"
+                f" vs_oracle={_fmt(report.ratio(policy, oracle, where) if oracle else None)}"
+                f" oracle={oracle.removeprefix('oracle-') if oracle else 'none'}"
+            )
+    return lines
+
+
 def scenarios(
     data: Path,
     processes: int,
@@ -106,20 +125,8 @@ def scenarios(
                 target = out / scenario.name.replace("/", "-")
                 report.write(target / "report.json")
                 plot_report(report, target)
-            oracle = report.oracle()
-            for policy, run in report.runs.items():
-                for seg in [*run.segments, None]:
-                    segment = seg.segment if seg is not None else "all"
-                    throughput = seg.throughput_tok_s if seg is not None else run.throughput_tok_s
-                    where = seg.segment if seg is not None else None
-                    print(
-                        f"reproduce scenario={scenario.name} segment={segment} policy={policy}"
-                        f" throughput_tok_s={throughput:.0f} vs_roll={_fmt(report.ratio(policy, 'roll', where))}"
-                        f" vs_pearl={_fmt(report.ratio(policy, 'pearl', where))}"
-                        f" vs_oracle={_fmt(report.ratio(policy, oracle, where) if oracle else None)}"
-                        f" oracle={oracle.removeprefix('oracle-') if oracle else 'none'}",
-                        flush=True,
-                    )
+            for text in report_lines(report):
+                print(text, flush=True)
             _oracle_lines(report)
             print(f"# {scenario.name}: {report.wall_s:.0f} s wall", flush=True)
     return reports
