@@ -56,6 +56,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -285,11 +286,20 @@ class FakeSGLangServer:
             "gen_throughput": 0.0,
             **self.load_override,
         }
-        return {
-            "timestamp": time.time(),
+        rank["num_total_reqs"] = rank["num_running_reqs"] + rank["num_waiting_reqs"]
+        return {  # SGLang's v1_loads.get_loads: an ISO-8601 UTC timestamp (a number here made smg drop the body)
+            "timestamp": datetime.now(timezone.utc).isoformat(),
             "version": self.config.version,
             "dp_rank_count": 1,
             "loads": [rank],
+            "aggregate": {
+                "total_running_reqs": rank["num_running_reqs"],
+                "total_waiting_reqs": rank["num_waiting_reqs"],
+                "total_reqs": rank["num_total_reqs"],
+                "total_used_tokens": rank["num_used_tokens"],
+                "avg_token_usage": rank["token_usage"],
+                "avg_throughput": rank["gen_throughput"],
+            },
         }
 
     def metrics(self) -> str:

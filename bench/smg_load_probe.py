@@ -47,7 +47,10 @@ class Probe:
 
     def __init__(self, workers: int, log_dir: Path, name: str) -> None:
         self.fakes = [FakeSGLangServer(FakeConfig(port=free_port(), token_time_s=0.0)).start() for _ in range(workers)]
-        self.gateway = Gateway(port=free_port(), policy="cache_aware", log_dir=log_dir, api_key=None)
+        # smg's own defaults, overload protection included (pearl_sched's Gateway turns it off by default)
+        self.gateway = Gateway(
+            port=free_port(), policy="cache_aware", log_dir=log_dir, api_key=None, overload_protection=True
+        )
         self.log = log_dir / f"smg-{name}.log"
         argv = self.gateway.argv()
         argv[argv.index("--log-level") + 1] = "debug"
