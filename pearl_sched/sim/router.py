@@ -24,7 +24,9 @@ smg polls (``/v1/loads``) every ``--load-monitor-interval`` 10 s — stale in be
 ``report`` (the simulated engines' state, :class:`LoadReport`), the score of a worker with a snapshot is
 (reported waiting uncached tokens — else waiting requests × 1,024 — plus the tokens routed to it since the poll)
 over its reported generation throughput (2,000 tok/s when it reports none) plus 0.15 · k / (1 − k) for its
-reported KV usage k; a worker without one yet (it joined after the poll) scores its in-flight count × 1,024
+reported KV usage k (smg 1.13.0 also adds 1,024 tokens per reported *running* request, found after these figures
+were measured and not modelled yet: docs/simulator.md, "The load reports"); a worker without one yet (it joined
+after the poll) scores its in-flight count × 1,024
 over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
 cold-start rule. smg breaks ties at random; the simulator by worker index. Two more 1.13.0 defaults read the
 reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
