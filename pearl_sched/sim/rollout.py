@@ -330,6 +330,10 @@ class _Decoder:
         """The decode batch's KV tokens now."""
         return self.kv_base + len(self.active) * self.clock if self.active else 0.0
 
+    def gen_rate(self) -> float:
+        """Tokens generated per second now (SGLang's reported ``gen_throughput``); 0 when idle or paused."""
+        return len(self.active) / self.tau if self.active and self.tau > 0 and not self.paused else 0.0
+
     def rerate(self) -> None:
         n = len(self.active)
         self.tau = self.steps.decode_s(n, self.context_total / n) + self.overhead_s if n else 0.0
@@ -599,15 +603,13 @@ class RolloutSimulation:
         d = self.decoders[worker] if self.colocated else None
         decode = d.kv() if d is not None else 0.0
         usage = p.memory.pinned(decode) / p.memory.capacity_tokens
-        rate = len(d.active) / d.tau if d is not None and d.active and d.tau > 0 and not d.paused else 0.0
-        return LoadReport(len(p.queue), uncached, usage, rate)
+        return LoadReport(len(p.queue), uncached, usage, d.gen_rate() if d is not None else 0.0)
 
     def _decode_report(self, worker: int) -> LoadReport:
         """A PD decode worker's ``/v1/loads``: its queues, KV usage (no evictable cache), generation rate."""
         d = self.decoders[worker]
         waiting = len(d.prealloc) + len(d.reserved) + len(d.waiting) + len(d.retracted) + d.incoming
-        rate = len(d.active) / d.tau if d.active and d.tau > 0 and not d.paused else 0.0
-        return LoadReport(waiting, 0.0, d.memory.pinned(d.kv()) / d.memory.capacity_tokens, rate)
+        return LoadReport(waiting, 0.0, d.memory.pinned(d.kv()) / d.memory.capacity_tokens, d.gen_rate())
 
     def _loads(self) -> list[tuple[int, int]]:
         """(worker, routing load) of every live prefill-side worker (:meth:`_load`, in one pass)."""
