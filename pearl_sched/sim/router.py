@@ -105,6 +105,7 @@ class Router:
     tree_tokens: float = 0.0  # the approximate tree's size, counted once per tenant
     next_eviction_s: float = EVICTION_INTERVAL_S
     reports: dict[int, LoadReport] = field(default_factory=dict)  # the last poll's snapshot
+    vetoed: frozenset[int] = frozenset()  # workers that snapshot puts over the overload thresholds (if protected)
     since_poll: dict[int, float] = field(default_factory=dict)  # tokens routed to each worker since that poll
     next_poll_s: float = 0.0
     joined: dict[int, float] = field(default_factory=dict)  # worker → when the router first saw it
@@ -142,8 +143,7 @@ class Router:
             self._poll(load, report, now_s)
         if now_s >= self.next_eviction_s:
             self._evict(now_s)
-        vetoed = {w for w, r in self.reports.items() if r.overloaded} if self.overload_protection else set()
-        eligible = [w for w in sorted(load) if w not in vetoed]
+        eligible = [w for w in sorted(load) if w not in self.vetoed]
         eligible = eligible or sorted(load)  # every worker overloaded: all stay (no --worker-overload-shed)
         matched, candidates = self._match(index, load)
         candidates = [w for w in candidates if w in eligible]
@@ -170,6 +170,8 @@ class Router:
     def _poll(self, load: dict[int, int], report: Callable[[int], LoadReport], now_s: float) -> None:
         """Smg's load monitor: a fresh snapshot of every live worker; the since-poll tallies start again."""
         self.reports = {w: report(w) for w in load}
+        if self.overload_protection:  # smg evaluates the veto once per load report and keeps it until the next
+            self.vetoed = frozenset(w for w, r in self.reports.items() if r.overloaded)
         self.since_poll = {}
         self.next_poll_s = (math.floor(now_s / LOAD_MONITOR_INTERVAL_S) + 1) * LOAD_MONITOR_INTERVAL_S
 
