@@ -426,3 +426,37 @@ def test_pd_decode_preallocates_before_the_prefill_runs() -> None:
     # With room for both, the second prefill runs at once and only the link (FCFS) and the batch order it.
     roomy = simulate_batch(_pd(), [one, one])
     assert roomy.finish_times_s == pytest.approx((0.3, 0.4))
+
+
+@pytest.mark.parametrize("mode", [Mode.COLOCATED, Mode.DISAGGREGATED])
+def test_load_reports_count_the_decode_batch_as_running(mode: Mode) -> None:
+    """What each worker tells the gateway at a poll, as SGLang's ``get_loads`` does: ``num_running_reqs`` is the
+    decode batch (colocated and PD decode workers), and a PD prefill worker, whose loop keeps no running batch,
+    reports none. The batch's second turns arrive while other trajectories decode, so some polls see them."""
+    # 10 ms an iteration: first turns decode 10 to 17 s, so the second turns route (and poll, at 10 s) mid-batch
+    batch = [TrajectorySpec((Turn(100, 1000 + 100 * i, 1.0), Turn(50, 300, 0.0))) for i in range(8)]
+    if mode is Mode.COLOCATED:
+        pool = Pool(mode, FLAT, colocated_workers=2, router="cache_aware")
+    else:
+        # the gateway ranks decode workers by their reports when their radix cache is on (else least_load)
+        pool = Pool(mode, FLAT, prefill_workers=1, decode_workers=2, router="cache_aware", decode_radix_cache=True)
+    sim = RolloutSimulation(pool, batch)
+    seen: list[tuple[str, int, int]] = []  # (side, reported running, decode batch at that moment)
+
+    def spy(side: str, report: ReportOf) -> ReportOf:
+        def read(worker: int) -> LoadReport:
+            r = report(worker)
+            decoding = len(sim.decoders[worker].active) if side != "prefill" else 0
+            seen.append((side, r.running_reqs, decoding))
+            return r
+
+        return read
+
+    side = "prefill" if mode is Mode.DISAGGREGATED else "colocated"
+    sim._report = spy(side, sim._report)  # type: ignore[method-assign]
+    sim._decode_report = spy("decode", sim._decode_report)  # type: ignore[method-assign]
+    assert sim.run().finished == len(batch)
+    assert seen and all(running == decoding for _, running, decoding in seen)
+    if mode is Mode.DISAGGREGATED:
+        assert {running for side, running, _ in seen if side == "prefill"} == {0}
+    assert max(running for side, running, _ in seen if side != "prefill") > 0

@@ -139,6 +139,27 @@ def test_a_miss_goes_to_the_least_reported_token_work_over_throughput() -> None:
     assert Router("cache_aware").route(1, 2000.0, 0.0, [(0, 0), (1, 5), (2, 5)]) == 0
 
 
+def test_running_requests_count_as_1024_tokens_each() -> None:
+    """smg 1.13.0 as probed (docs/simulator.md, "The load reports"): worker 0 reports 3 running requests at
+    1,000 tok/s, 3 x 1024 / 1000 = 3.072 s; worker 1 reports 2,000 waiting uncached tokens at 1,000 tok/s,
+    2.0 s. The miss goes to worker 1, which a scorer without the running term would not choose (0 < 2.0 s).
+    Both terms add: 3 running and 2,000 uncached tokens score 5.072 s, beaten by 4 running (4.096 s)."""
+    table = {
+        0: LoadReport(gen_throughput=1000.0, running_reqs=3),
+        1: LoadReport(waiting_reqs=1, waiting_uncached_tokens=2000.0, gen_throughput=1000.0),
+    }
+    assert Router("cache_aware").route(1, 100.0, 0.0, [(0, 3), (1, 1)], _reports(table)) == 1
+    table = {
+        0: LoadReport(waiting_reqs=1, waiting_uncached_tokens=2000.0, gen_throughput=1000.0, running_reqs=3),
+        1: LoadReport(gen_throughput=1000.0, running_reqs=4),
+    }
+    router = Router("cache_aware")
+    assert router.route(1, 100.0, 0.0, [(0, 4), (1, 4)], _reports(table)) == 1
+    # worker 1 with 100 tokens routed since the poll: 4.196 s < 5.072; with 1,100: 5.196 s > 5.072, so worker 0
+    assert router.route(2, 1000.0, 1.0, [(0, 4), (1, 5)], _reports(table)) == 1
+    assert router.route(3, 100.0, 2.0, [(0, 4), (1, 6)], _reports(table)) == 0
+
+
 def test_reports_are_stale_between_polls_every_ten_seconds() -> None:
     """The snapshot taken at 0 s holds until 10 s although worker 1's queue grew at 5 s; the since-poll tally
     (1,000 tokens at the default 2,000 tok/s: 0.5 s each) water-fills in between and restarts at the poll."""

@@ -595,7 +595,8 @@ class RolloutSimulation:
         """A prefill-side worker's ``/v1/loads`` as SGLang would answer now.
 
         Its prefill queue (requests, and the uncached tokens left of them and of the running chunk), KV usage
-        without the evictable cache and, colocated, the decode batch's generation rate.
+        without the evictable cache and, colocated, the decode batch's size and generation rate (SGLang's
+        ``get_loads`` counts ``running_batch.reqs``, which a PD prefill worker's loop leaves empty).
         """
         p = self.prefillers[worker]
         running = p.running or []
@@ -603,13 +604,16 @@ class RolloutSimulation:
         d = self.decoders[worker] if self.colocated else None
         decode = d.kv() if d is not None else 0.0
         usage = p.memory.pinned(decode) / p.memory.capacity_tokens
-        return LoadReport(len(p.queue), uncached, usage, d.gen_rate() if d is not None else 0.0)
+        if d is None:
+            return LoadReport(len(p.queue), uncached, usage)
+        return LoadReport(len(p.queue), uncached, usage, d.gen_rate(), len(d.active))
 
     def _decode_report(self, worker: int) -> LoadReport:
-        """A PD decode worker's ``/v1/loads``: its queues, KV usage (no evictable cache), generation rate."""
+        """A PD decode worker's ``/v1/loads``: its queues, KV usage (no evictable cache), rate, decode batch."""
         d = self.decoders[worker]
         waiting = len(d.prealloc) + len(d.reserved) + len(d.waiting) + len(d.retracted) + d.incoming
-        return LoadReport(waiting, 0.0, d.memory.pinned(d.kv()) / d.memory.capacity_tokens, d.gen_rate())
+        usage = d.memory.pinned(d.kv()) / d.memory.capacity_tokens
+        return LoadReport(waiting, 0.0, usage, d.gen_rate(), len(d.active))
 
     def _loads(self) -> list[tuple[int, int]]:
         """(worker, routing load) of every live prefill-side worker (:meth:`_load`, in one pass)."""

@@ -22,11 +22,11 @@ The hot test counts the requests a worker has in flight. Which worker a miss, or
 candidates, goes to is smg's *expected-wait* scorer (``least_load.rs``), fed by the engines' load reports, which
 smg polls (``/v1/loads``) every ``--load-monitor-interval`` 10 s — stale in between. When ``route`` is given a
 ``report`` (the simulated engines' state, :class:`LoadReport`), the score of a worker with a snapshot is
-(reported waiting uncached tokens — else waiting requests × 1,024 — plus the tokens routed to it since the poll)
-over its reported generation throughput (2,000 tok/s when it reports none) plus 0.15 · k / (1 − k) for its
-reported KV usage k (smg 1.13.0 also adds 1,024 tokens per reported *running* request, found after these figures
-were measured and not modelled yet: docs/simulator.md, "The load reports"); a worker without one yet (it joined
-after the poll) scores its in-flight count × 1,024
+(reported waiting uncached tokens — else waiting requests × 1,024 — plus 1,024 tokens per reported *running*
+request, plus the tokens routed to it since the poll) over its reported generation throughput (2,000 tok/s when
+it reports none) plus 0.15 · k / (1 − k) for its reported KV usage k. The running term is the 1.13.0 binary's
+(probed; the v1.9-era source has no such term): docs/simulator.md, "The load reports". A worker without a report
+yet (it joined after the poll) scores its in-flight count × 1,024
 over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
 cold-start rule. smg breaks ties at random; the simulator by worker index. Two more 1.13.0 defaults read the
 reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
@@ -82,6 +82,7 @@ class LoadReport:
     waiting_uncached_tokens: float = 0.0
     token_usage: float = 0.0
     gen_throughput: float = 0.0
+    running_reqs: int = 0  # SGLang's ``len(running_batch.reqs)``: the decode batch (a PD prefill worker: 0)
 
     @property
     def overloaded(self) -> bool:
@@ -189,7 +190,7 @@ class Router:
                 return load[w] * MEAN_PREFILL_TOKENS / nominal
             queued = (
                 r.waiting_uncached_tokens if r.waiting_uncached_tokens > 0 else r.waiting_reqs * MEAN_PREFILL_TOKENS
-            )
+            ) + r.running_reqs * MEAN_PREFILL_TOKENS
             k = min(max(r.token_usage, 0.0), 0.999)
             rate = r.gen_throughput if r.gen_throughput > 0 else DEFAULT_THROUGHPUT
             return (queued + self.since_poll.get(w, 0.0)) / rate + KV_PRESSURE_WEIGHT * k / (1 - k)
