@@ -151,22 +151,26 @@ def main() -> None:
             )
             last = sorted(b["finish"].items(), key=lambda kv: -kv[1])[:8]
             print("  last to finish (trajectory, s):", [(i, round(t, 1)) for i, t in last])
-            first = {}
-            for _, i, w, _ in b["routes"]:
-                first.setdefault(i, w)
+            first: dict[int, tuple[int, float]] = {}  # trajectory -> its first request's worker and prompt
+            for _, i, w, prompt in b["routes"]:
+                first.setdefault(i, (w, prompt))
+            for slowest, _ in last[:4]:
+                moves = [(t, w) for t, i, w, _ in b["routes"] if i == slowest]
+                prompts = [p for _, i, _, p in b["routes"] if i == slowest]
+                path = [moves[0]] + [m for a, m in itertools.pairwise(moves) if m[1] != a[1]]
+                group = [i for i, (_, p) in first.items() if p == first[slowest][1]]  # its GRPO group's shared prompt
+                print(
+                    f"  trajectory {slowest}: {len(moves)} requests, last prompt {prompts[-1]:.0f} tokens, workers"
+                    f" (from s) {[(round(t, 1), w) for t, w in path]}; its group ({min(group)}-{max(group)}) started"
+                    f" on worker(s) {sorted({first[i][0] for i in group})}"
+                )
             slowest = last[0][0]
             moves = [(t, w) for t, i, w, _ in b["routes"] if i == slowest]
-            path = [moves[0]] + [m for a, m in itertools.pairwise(moves) if m[1] != a[1]]
-            group = [i for i in range(len(first)) if i // 16 == slowest // 16]
-            print(
-                f"  trajectory {slowest}: {len(moves)} turns, workers (from s) {[(round(t, 1), w) for t, w in path]};"
-                f" its group started on worker(s) {sorted({first[i] for i in group})}"
-            )
             marks = [b["t0"] + 200.0 * k for k in range(1, 40) if b["t0"] + 200.0 * k < last[0][1]]
             where = [(round(m), _worker_at(moves, m), _resident(b, m)) for m in marks]
             print(
-                "  its worker's resident trajectories (routed there last, unfinished) against the busiest and the"
-                " quietest live worker, every 200 s:",
+                f"  trajectory {slowest}'s worker's resident trajectories (routed there last, unfinished) against"
+                " the busiest and the quietest live worker, every 200 s:",
                 [(m, w, res.get(w, 0), max(res.values()), min(res.values())) for m, w, res in where if res],
             )
 
