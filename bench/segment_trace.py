@@ -71,6 +71,7 @@ def random_ties(seed: int) -> None:
 def launch(self: cl.SimCluster, step: int) -> None:
     ORIG_LAUNCH(self, step)
     record: dict[str, Any] = {"t0": self.batch_start, "changes": [], "routes": [], "finish": {}}
+    record["group"] = [t.spec.group for t in self.batch.trajectories]  # type: ignore[union-attr]
     batches.append(record)
     self.batch._trace = record  # type: ignore[union-attr]
 
@@ -151,18 +152,18 @@ def main() -> None:
             )
             last = sorted(b["finish"].items(), key=lambda kv: -kv[1])[:8]
             print("  last to finish (trajectory, s):", [(i, round(t, 1)) for i, t in last])
-            first: dict[int, tuple[int, float]] = {}  # trajectory -> its first request's worker and prompt
-            for _, i, w, prompt in b["routes"]:
-                first.setdefault(i, (w, prompt))
+            first: dict[int, int] = {}  # trajectory -> its first request's worker
+            for _, i, w, _ in b["routes"]:
+                first.setdefault(i, w)
             for slowest, _ in last[:4]:
                 moves = [(t, w) for t, i, w, _ in b["routes"] if i == slowest]
                 prompts = [p for _, i, _, p in b["routes"] if i == slowest]
                 path = [moves[0]] + [m for a, m in itertools.pairwise(moves) if m[1] != a[1]]
-                group = [i for i, (_, p) in first.items() if p == first[slowest][1]]  # its GRPO group's shared prompt
+                group = [i for i, g in enumerate(b["group"]) if g == b["group"][slowest] and i in first]
                 print(
                     f"  trajectory {slowest}: {len(moves)} requests, last prompt {prompts[-1]:.0f} tokens, workers"
                     f" (from s) {[(round(t, 1), w) for t, w in path]}; its group ({min(group)}-{max(group)}) started"
-                    f" on worker(s) {sorted({first[i][0] for i in group})}"
+                    f" on worker(s) {sorted({first[i] for i in group})}"
                 )
             slowest = last[0][0]
             moves = [(t, w) for t, i, w, _ in b["routes"] if i == slowest]
