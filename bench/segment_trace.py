@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
+import math
 import random
 from typing import Any
 
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument(
         "--tie-seeds", default="", help="comma-separated seeds, each a run of every policy (default: ties by index)"
     )
+    parser.add_argument("--follow", default="", help="comma-separated trajectories of the batch to print too")
     parser.add_argument("--brief", action="store_true", help="one line per run (no batch detail)")
     args = parser.parse_args()
     name = args.variant.split("/")[0]
@@ -155,13 +157,15 @@ def main() -> None:
             first: dict[int, int] = {}  # trajectory -> its first request's worker
             for _, i, w, _ in b["routes"]:
                 first.setdefault(i, w)
-            for slowest, _ in last[:4]:
+            follow = [int(i) for i in args.follow.split(",") if i]
+            for slowest in [i for i, _ in last[:4]] + [i for i in follow if i not in dict(last[:4])]:
                 moves = [(t, w) for t, i, w, _ in b["routes"] if i == slowest]
                 prompts = [p for _, i, _, p in b["routes"] if i == slowest]
                 path = [moves[0]] + [m for a, m in itertools.pairwise(moves) if m[1] != a[1]]
                 group = [i for i, g in enumerate(b["group"]) if g == b["group"][slowest] and i in first]
                 print(
-                    f"  trajectory {slowest}: {len(moves)} requests, last prompt {prompts[-1]:.0f} tokens, workers"
+                    f"  trajectory {slowest} (ends {b['finish'].get(slowest, math.nan):.1f} s): {len(moves)} requests,"
+                    f" last prompt {prompts[-1]:.0f} tokens, workers"
                     f" (from s) {[(round(t, 1), w) for t, w in path]}; its group ({min(group)}-{max(group)}) started"
                     f" on worker(s) {sorted({first[i] for i in group})}"
                 )
