@@ -460,12 +460,10 @@ _Tokens = TypeVar("_Tokens", float, np.ndarray)
 
 
 def _turn_tokens(
-    *,
+    workload: Workload,
+    later: float,
     colocated: bool,
     whole_context: bool,
-    generated: float,
-    appended: float,
-    later: float,
     context: _Tokens,
     held: _Tokens,
     hit: _Tokens,
@@ -480,6 +478,7 @@ def _turn_tokens(
     re-prefills half a turn's output and, on a miss, its prefix; PD sends ΔL (``whole_context``: the whole context
     less what the decode side's cache holds). The same expressions, in the same order, for floats and for lanes.
     """
+    generated, appended = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
     missed = later * (1 - hit) * (held - group)
     if colocated:
         return missed, appended + missed + retractions * (generated / 2 + missed), 0.0
@@ -917,19 +916,9 @@ class ImprovedMakespanModel:
         elif limited and mode is Mode.COLOCATED and m - n / decode_workers * f <= 1e-9 * m:
             retractions = self._full_pool_retractions(workload, mode, c)
         later = max(workload.turns - 1.0, 0.0) / workload.turns  # the turns after a trajectory's first
-        whole = mode is Mode.DISAGGREGATED and serving.pd_whole_context
+        colocated, whole = mode is Mode.COLOCATED, mode is Mode.DISAGGREGATED and serving.pd_whole_context
         missed, prefill, transfer = _turn_tokens(
-            colocated=mode is Mode.COLOCATED,
-            whole_context=whole,
-            generated=r,
-            appended=dl,
-            later=later,
-            context=c,
-            held=held,
-            hit=hit,
-            decode_hit=decode_hit,
-            group=group,
-            retractions=retractions,
+            workload, later, colocated, whole, c, held, hit, decode_hit, group, retractions
         )
         seconds = None
         cost = serving.charged_prefill_cost
@@ -1732,7 +1721,7 @@ class _LaneCycle:
         self.per_seq_s = by_phase([model._per_seq_s(workload, ph.context) for ph in phases])
         held = [model._held(workload, mode, ph.context) for ph in phases]
         self.held = by_phase(held)
-        self.r, self.dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+        self.r = workload.generated_tokens_per_turn
         self.t_p = model._prefill_per_token_s(workload)
         self.env = workload.env_time_per_turn_s
         self.kv = workload.kv_bytes_per_token
@@ -1787,7 +1776,7 @@ class _LaneCycle:
     def flow(self, n: np.ndarray) -> tuple[_LaneFlow, np.ndarray, np.ndarray]:
         """(:meth:`ImprovedMakespanModel._flow`, its ``kv_limited`` and ``retractions``) with n decoding, in lanes."""
         serving = self.serving
-        r, dl, c, b = self.r, self.dl, self.c, self.b
+        c, b = self.c, self.b
         m, f, held = self.m, self.footprint, self.held
         decode_workers = self.cap_d
         decode_hit: np.ndarray | float = 0.0
@@ -1825,18 +1814,9 @@ class _LaneCycle:
             retractions = np.where(full, self.retraction_estimate, 0.0)
         else:
             retractions = np.zeros(n.shape)
+        whole = not self.colocated and serving.pd_whole_context
         _, prefill, transfer = _turn_tokens(
-            colocated=self.colocated,
-            whole_context=not self.colocated and serving.pd_whole_context,
-            generated=r,
-            appended=dl,
-            later=self.later,
-            context=c,
-            held=held,
-            hit=hit,
-            decode_hit=decode_hit,
-            group=group,
-            retractions=retractions,
+            self.workload, self.later, self.colocated, whole, c, held, hit, decode_hit, group, retractions
         )
         flow = _LaneFlow(
             hit=hit,
