@@ -380,6 +380,24 @@ _B200_FP8_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config
 )
 """The dsr1-fp8-b200-dynamo-sglang STP recipes (the rows of configs 453, 457, 459 and the export rows they identify);
 every engine's flags as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
+_B200_FP4_STP_KEY = (
+    "deepseek-ai/DeepSeek-V3",
+    "b200_sxm",
+    "fp4",
+    "disagg",
+    "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+    "2026-02-11",
+)
+_B200_FP8_STP_KEY = (
+    "deepseek-ai/DeepSeek-V3",
+    "b200_sxm",
+    "fp8",
+    "disagg",
+    "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+    "2026-02-07",
+)
+"""The :func:`launch_key` of the rows of :data:`_B200_FP4_STP` / :data:`_B200_FP8_STP`: their launches
+(:data:`RECORDED_LAUNCHES`) and their deployments (:data:`RECIPE_DEPLOYMENTS`)."""
 
 
 @dataclass(frozen=True)
@@ -933,24 +951,10 @@ RECORDED_LAUNCHES: dict[
     # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
     # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
     # row tied by its image, date, worker counts, layouts and concurrency to one recipe of the config
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp4",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
-        "2026-02-11",
-    ): _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    _B200_FP4_STP_KEY: _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
     # dsr1-fp8-b200-dynamo-sglang STP on 2026-02-07 (configs 453: 1P4D TP 8 / EP 8 at C 64; 457: 1P1D and 459: 2P1D,
     # attention-DP 8 / EP 8 at C 128 / 256): tied as the FP4 rows above
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp8",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
-        "2026-02-07",
-    ): _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+    _B200_FP8_STP_KEY: _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
@@ -1002,22 +1006,8 @@ rows' measurement date, tied to the rows by the commit that set their image; a r
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
 pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
 RECIPE_DEPLOYMENTS: dict[tuple[str, ...], tuple[RecipeDeployment, ...]] = {
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp4",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
-        "2026-02-11",
-    ): _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp8",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
-        "2026-02-07",
-    ): _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+    _B200_FP4_STP_KEY: _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    _B200_FP8_STP_KEY: _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
 }
 """Every recipe variant of a disaggregated config whose recipes are all recorded, by :func:`launch_key`: a row that
 records no worker counts and has no twin takes the deployment of the one variant that ran its ISL / OSL / C
