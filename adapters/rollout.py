@@ -40,11 +40,37 @@ class Completion:
     output_logprobs: tuple[float, ...] = ()  # one per output token when asked for (``return_logprob``)
 
 
+_RETRY_PAUSE_S = 0.1
+"""Seconds a client waits before resubmitting a turn whose submission failed (unreachable gateway, non-200)."""
+
+
+def _gateway_http(gateway_url: str, timeout_s: float, api_key: str | FromEnv | None) -> dict[str, Any]:
+    """Both clients' connection to the gateway: the checked base URL, the timeouts and the bearer header.
+
+    Raises:
+        InvalidArgumentError: a malformed gateway URL or API key.
+    """
+    key = resolve_api_key(api_key)
+    return {
+        "base_url": validate_url(gateway_url, what="gateway URL"),
+        "timeout": httpx.Timeout(timeout_s, connect=5.0),
+        "headers": {"Authorization": f"Bearer {key}"} if key is not None else None,
+    }
+
+
 class _Turn:
-    """One turn being assembled across submissions: the payload of the next one, and what each answer added."""
+    """One turn being assembled across submissions: the payload of the next one, and what each answer added.
+
+    The protocol both clients follow; they differ only in how they post and wait.
+    """
 
     def __init__(
-        self, prompt_ids: list[int], max_new_tokens: int, sampling_params: Mapping[str, Any] | None, logprob: bool
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        sampling_params: Mapping[str, Any] | None,
+        logprob: bool,
+        patience_s: float,
     ) -> None:
         self.prompt_ids = prompt_ids
         self.max_new_tokens = max_new_tokens
@@ -55,10 +81,32 @@ class _Turn:
         self.versions: list[str] = []
         self.resubmits = 0
         self.retries = 0
+        self.finished = False  # the last answer ended the turn (not aborted)
+        self.patience_s = patience_s
+        self.deadline = time.monotonic() + patience_s
 
     @property
-    def complete(self) -> bool:
-        return len(self.output) >= self.max_new_tokens
+    def done(self) -> bool:
+        """Whether nothing is left to submit: the last answer ended the turn, or every owed token came."""
+        return self.finished or len(self.output) >= self.max_new_tokens
+
+    def failed(self, why: str) -> None:
+        """Count a submission that got no answer; past the patience, give up.
+
+        Raises:
+            AdapterError: the turn has been retried for longer than ``patience_s``.
+        """
+        self.retries += 1
+        if time.monotonic() > self.deadline:
+            raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
+
+    def answer(self, response: httpx.Response) -> bool:
+        """Take one ``/generate`` response; False when it was a failure to wait out before resubmitting."""
+        if response.status_code != 200:
+            self.failed(f"HTTP {response.status_code}: {response.text[:200]}")
+            return False
+        self.finished = self.take(response.json())
+        return True
 
     def payload(self) -> dict[str, Any]:
         """The ``/generate`` body for the tokens still owed: the prompt plus what was generated so far."""
@@ -110,12 +158,7 @@ class RolloutClient:
         Raises:
             InvalidArgumentError: a malformed gateway URL or API key.
         """
-        key = resolve_api_key(api_key)
-        self.http = httpx.Client(
-            base_url=validate_url(gateway_url, what="gateway URL"),
-            timeout=httpx.Timeout(timeout_s, connect=5.0),
-            headers={"Authorization": f"Bearer {key}"} if key is not None else None,
-        )
+        self.http = httpx.Client(**_gateway_http(gateway_url, timeout_s, api_key))
         self.patience_s = patience_s
 
     def close(self) -> None:
@@ -146,28 +189,21 @@ class RolloutClient:
             sampling_params: SGLang sampling parameters passed through (temperature, top_p, stop, …);
                 ``max_new_tokens`` is set per submission to the tokens still owed.
             return_logprob: Ask SGLang for each output token's log-probability (``output_token_logprobs``).
+
+        Raises:
+            AdapterError: the gateway answered no success within ``patience_s``.
         """
-        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob)
-        deadline = time.monotonic() + self.patience_s
-        while not turn.complete:
+        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob, self.patience_s)
+        while not turn.done:
             try:
                 response = self.http.post("/generate", json=turn.payload())
             except httpx.HTTPError as exc:
-                turn.retries += 1
-                self._wait(deadline, f"gateway unreachable ({exc})")
+                turn.failed(f"gateway unreachable ({exc})")
+                time.sleep(_RETRY_PAUSE_S)
                 continue
-            if response.status_code != 200:
-                turn.retries += 1
-                self._wait(deadline, f"HTTP {response.status_code}: {response.text[:200]}")
-                continue
-            if turn.take(response.json()):
-                break
+            if not turn.answer(response):
+                time.sleep(_RETRY_PAUSE_S)
         return turn.completion()
-
-    def _wait(self, deadline: float, why: str) -> None:
-        if time.monotonic() > deadline:
-            raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
-        time.sleep(0.1)
 
 
 class AsyncRolloutClient:
@@ -194,11 +230,8 @@ class AsyncRolloutClient:
         Raises:
             InvalidArgumentError: a malformed gateway URL or API key.
         """
-        key = resolve_api_key(api_key)
         self.http = httpx.AsyncClient(
-            base_url=validate_url(gateway_url, what="gateway URL"),
-            timeout=httpx.Timeout(timeout_s, connect=5.0),
-            headers={"Authorization": f"Bearer {key}"} if key is not None else None,
+            **_gateway_http(gateway_url, timeout_s, api_key),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
         self.patience_s = patience_s
@@ -223,36 +256,15 @@ class AsyncRolloutClient:
         *,
         return_logprob: bool = False,
     ) -> Completion:
-        """One turn of ``max_new_tokens`` tokens, resubmitted across aborts until complete (awaitable).
-
-        Args:
-            prompt_ids: The prompt's token ids.
-            max_new_tokens: Tokens owed for the turn.
-            sampling_params: SGLang sampling parameters passed through (temperature, top_p, stop, …);
-                ``max_new_tokens`` is set per submission to the tokens still owed.
-            return_logprob: Ask SGLang for each output token's log-probability (``output_token_logprobs``).
-
-        Raises:
-            AdapterError: the gateway answered no success within ``patience_s``.
-        """
-        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob)
-        deadline = time.monotonic() + self.patience_s
-        while not turn.complete:
+        """:meth:`RolloutClient.generate`, awaitable: the same arguments, resubmissions and errors."""
+        turn = _Turn(prompt_ids, max_new_tokens, sampling_params, return_logprob, self.patience_s)
+        while not turn.done:
             try:
                 response = await self.http.post("/generate", json=turn.payload())
             except httpx.HTTPError as exc:
-                turn.retries += 1
-                await self._wait(deadline, f"gateway unreachable ({exc})")
+                turn.failed(f"gateway unreachable ({exc})")
+                await asyncio.sleep(_RETRY_PAUSE_S)
                 continue
-            if response.status_code != 200:
-                turn.retries += 1
-                await self._wait(deadline, f"HTTP {response.status_code}: {response.text[:200]}")
-                continue
-            if turn.take(response.json()):
-                break
+            if not turn.answer(response):
+                await asyncio.sleep(_RETRY_PAUSE_S)
         return turn.completion()
-
-    async def _wait(self, deadline: float, why: str) -> None:
-        if time.monotonic() > deadline:
-            raise AdapterError(f"request not served within {self.patience_s:g} s: last error {why}")
-        await asyncio.sleep(0.1)

@@ -233,6 +233,9 @@ _TP8 = (8, 1, 8, 1)
 _ATTENTION_DP4 = (1, 4, 4, 1)
 _K1, _K8 = 1024, 8192
 _C4_64 = ((_K1, _K1, 4, 64), (_K1, _K8, 4, 64), (_K8, _K1, 4, 64))
+_C4_128 = ((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128))
+_C4_128_8K1K_C4_16 = (*_C4_128[:2], (_K8, _K1, 4, 16))
+"""dsr1-fp4-b200-sglang's runs at TP 8 (C 4-128, at 8k/1k C 4-16); at TP 4 they are :data:`_C4_128`."""
 _dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence length
     _DSR1_FP4_B200_SH,
     mem_fraction_static=0.85,
@@ -241,6 +244,8 @@ _dsr1_fp4_b200 = LaunchFlags(  # one launch line for every TP / EP / sequence le
     max_running_requests=256,
     cuda_graph_max_bs=256,
 )
+_dsr1_fp4_b200_november = replace(_dsr1_fp4_b200, script=_DSR1_FP4_B200_DOCKER_NOV)
+"""The docker script of November 2025 (:data:`_DSR1_FP4_B200_DOCKER_NOV`): the later flags, at the EP it launched."""
 _dsr1_fp8_b200_tp4 = LaunchFlags(  # the TP 4 branch (the script exits for any other ISL / OSL)
     _DSR1_FP8_B200_SH,
     mem_fraction_static=0.95,
@@ -375,6 +380,24 @@ _B200_FP8_STP: tuple[_StpVariant, ...] = (  # every STP recipe of the config
 )
 """The dsr1-fp8-b200-dynamo-sglang STP recipes (the rows of configs 453, 457, 459 and the export rows they identify);
 every engine's flags as :data:`_B200_FP4_STP`'s (0.85, FP8 KV, chunk and prefill tokens 32,768)."""
+_B200_FP4_STP_KEY = (
+    "deepseek-ai/DeepSeek-V3",
+    "b200_sxm",
+    "fp4",
+    "disagg",
+    "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+    "2026-02-11",
+)
+_B200_FP8_STP_KEY = (
+    "deepseek-ai/DeepSeek-V3",
+    "b200_sxm",
+    "fp8",
+    "disagg",
+    "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
+    "2026-02-07",
+)
+"""The :func:`launch_key` of the rows of :data:`_B200_FP4_STP` / :data:`_B200_FP8_STP`: their launches
+(:data:`RECORDED_LAUNCHES`) and their deployments (:data:`RECIPE_DEPLOYMENTS`)."""
 
 
 @dataclass(frozen=True)
@@ -646,12 +669,8 @@ RECORDED_LAUNCHES: dict[
     # dsr1-fp4-b200-sglang (TP 4 / EP 4 and TP 8 / EP 8, C 4-128): --mem-fraction-static 0.85, --kv-cache-dtype
     # fp8_e4m3, --chunked-prefill-size 16384, --max-running-requests / --cuda-graph-max-bs 256, --ep-size $EP_SIZE.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", "lmsysorg/sglang:v0.5.9-cu130", "2026-03-25"): {
-        ("agg", (4, 1, 1, 4)): (
-            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128))),
-        ),
-        ("agg", (8, 1, 1, 8)): (
-            replace(_dsr1_fp4_b200, search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16))),
-        ),
+        ("agg", (4, 1, 1, 4)): (replace(_dsr1_fp4_b200, search_space=_C4_128),),
+        ("agg", (8, 1, 1, 8)): (replace(_dsr1_fp4_b200, search_space=_C4_128_8K1K_C4_16),),
     },
     # Rows that record no image (the database dump's configs 88 / 99 / 199 of November 2025 and the 2026-04-06 export
     # of the same runs): keyed by NO_IMAGE and the measured date, which with the EP the rows record pins the config.
@@ -661,34 +680,13 @@ RECORDED_LAUNCHES: dict[
     # the MoE at EP = TP, not the MoE TP the rows record; the flags are dsr1_fp4_b200.sh's later ones (0.85, FP8 KV,
     # chunk 16384, 256 running requests / CUDA-graph batch, --scheduler-recv-interval 10 / 30).
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", NO_IMAGE, "2025-11-10"): {
-        ("agg", _TP4): (
-            replace(
-                _dsr1_fp4_b200,
-                script=_DSR1_FP4_B200_DOCKER_NOV,
-                layout=(4, 1, 1, 4),
-                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128)),
-            ),
-        ),
-        ("agg", _TP8): (
-            replace(
-                _dsr1_fp4_b200,
-                script=_DSR1_FP4_B200_DOCKER_NOV,
-                layout=(8, 1, 1, 8),
-                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 16)),
-            ),
-        ),
+        ("agg", _TP4): (replace(_dsr1_fp4_b200_november, layout=(4, 1, 1, 4), search_space=_C4_128),),
+        ("agg", _TP8): (replace(_dsr1_fp4_b200_november, layout=(8, 1, 1, 8), search_space=_C4_128_8K1K_C4_16),),
     },
     # 2025-11-02, before nvidia-master.yaml existed (17d5e204f, 2025-11-03): dsr1-tmpl.yml's bmk-b200-fp4 job, tp-list
     # [4, 8], conc-list [4 ... 128] at every length (the nightly full sweeps), the same docker script.
     ("deepseek-ai/DeepSeek-V3", "b200_sxm", "fp4", "agg", NO_IMAGE, "2025-11-02"): {
-        ("agg", layout): (
-            replace(
-                _dsr1_fp4_b200,
-                script=_DSR1_FP4_B200_DOCKER_NOV,
-                layout=(tp, 1, 1, tp),
-                search_space=((_K1, _K1, 4, 128), (_K1, _K8, 4, 128), (_K8, _K1, 4, 128)),
-            ),
-        )
+        ("agg", layout): (replace(_dsr1_fp4_b200_november, layout=(tp, 1, 1, tp), search_space=_C4_128),)
         for tp, layout in ((4, _TP4), (8, _TP8))
     },
     # dsr1-fp8-b200-sglang between d8fe8f73e and 189ae51cc (TP 8 / EP 8, C 4-64 at each length): the launch line of
@@ -953,24 +951,10 @@ RECORDED_LAUNCHES: dict[
     # dsr1-fp4-b200-dynamo-sglang STP on 2026-02-11 (configs 527 / 532: 1k/1k C 512, 1P1D / 1P2D; 530: 8k/1k C 64 /
     # 128, decode TP 8 / EP 8; 535: 8k/1k C 4-64, prefill TP 4, decode TP 8; 538: 8k/1k C 1,024 / 2,048, 7P2D): each
     # row tied by its image, date, worker counts, layouts and concurrency to one recipe of the config
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp4",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
-        "2026-02-11",
-    ): _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    _B200_FP4_STP_KEY: _stp_launches(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
     # dsr1-fp8-b200-dynamo-sglang STP on 2026-02-07 (configs 453: 1P4D TP 8 / EP 8 at C 64; 457: 1P1D and 459: 2P1D,
     # attention-DP 8 / EP 8 at C 128 / 256): tied as the FP4 rows above
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp8",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
-        "2026-02-07",
-    ): _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+    _B200_FP8_STP_KEY: _stp_launches(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
     # dsr1-fp4-gb200-dynamo-sglang, the same day and dynamo commit: "Top of curve" 1k/1k (config 259: 4 prefill workers
     # on one node each, --enable-dp-attention --ep-size 4; C 8,192-15,000) and 8k/1k (config 254: 10 prefill workers
     # launched as --tp-size 4 --dp-size 1 --ep-size 1; C 1,024-8,192), each with 1 decode worker on 8 nodes at DeepEP
@@ -1022,22 +1006,8 @@ rows' measurement date, tied to the rows by the commit that set their image; a r
 defaults. Every deployment so tied is recorded, whether or not SGLang's defaults could run it. Applied on SGLang's
 pool only (``--pool-source aiconfigurator`` reproduces the previous rounds)."""
 RECIPE_DEPLOYMENTS: dict[tuple[str, ...], tuple[RecipeDeployment, ...]] = {
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp4",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
-        "2026-02-11",
-    ): _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
-    (
-        "deepseek-ai/DeepSeek-V3",
-        "b200_sxm",
-        "fp8",
-        "disagg",
-        "lmsysorg/sglang:v0.5.8.post1-cu130-amd64",
-        "2026-02-07",
-    ): _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
+    _B200_FP4_STP_KEY: _stp_deployments(_SRT_SLURM_B200_FP4_STP, _B200_FP4_STP),
+    _B200_FP8_STP_KEY: _stp_deployments(_SRT_SLURM_B200_FP8_STP, _B200_FP8_STP),
 }
 """Every recipe variant of a disaggregated config whose recipes are all recorded, by :func:`launch_key`: a row that
 records no worker counts and has no twin takes the deployment of the one variant that ran its ISL / OSL / C

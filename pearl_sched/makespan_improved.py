@@ -74,7 +74,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -455,6 +455,38 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+_Tokens = TypeVar("_Tokens", float, np.ndarray)
+"""One configuration's floats (:meth:`ImprovedMakespanModel._flow`) or lanes of them (:meth:`_LaneCycle.flow`)."""
+
+
+def _turn_tokens(
+    workload: Workload,
+    later: float,
+    colocated: bool,
+    whole_context: bool,
+    context: _Tokens,
+    held: _Tokens,
+    hit: _Tokens,
+    decode_hit: _Tokens | float,
+    group: _Tokens | float,
+    retractions: _Tokens,
+) -> tuple[_Tokens, _Tokens, _Tokens | float]:
+    """(prompt tokens missed, tokens prefilled, tokens sent to decode) per turn, before clipping at 0.
+
+    A trajectory's first turn has no prefix to miss, recompute or send (its prompt is the first-turn burst): those
+    terms apply to the ``later`` = (S − 1)/S of the turns that follow one. Colocated, a retracted request
+    re-prefills half a turn's output and, on a miss, its prefix; PD sends ΔL (``whole_context``: the whole context
+    less what the decode side's cache holds). The same expressions, in the same order, for floats and for lanes.
+    """
+    generated, appended = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+    missed = later * (1 - hit) * (held - group)
+    if colocated:
+        return missed, appended + missed + retractions * (generated / 2 + missed), 0.0
+    if whole_context:
+        return missed, appended + later * generated + missed, appended + later * (1 - decode_hit) * context
+    return missed, appended + missed, appended
+
+
 class ImprovedMakespanModel:
     """The improved predictor (module docstring); a drop-in :class:`~pearl_sched.makespan.MakespanModel`."""
 
@@ -677,6 +709,19 @@ class ImprovedMakespanModel:
         f = context + workload.appended_tokens_per_turn + workload.generated_tokens_per_turn / 2
         return f + (RESERVED_DECODE_TOKENS if mode is Mode.DISAGGREGATED else 0.0)
 
+    @staticmethod
+    def _full_pool_retractions(workload: Workload, mode: Mode, context: float) -> float:
+        """Retractions per turn of a colocated worker whose KV pool is full, where none were measured.
+
+        SGLang's admission reserves :data:`MIN_NEW_TOKEN_RATIO` of a request's new tokens (at most
+        :data:`CLIP_MAX_NEW_TOKENS`); the rest of a turn's output, a footprint at a time, is retracted.
+        """
+        top = workload.max_context_tokens
+        max_new = max(top - context, 1.0) if top else CLIP_MAX_NEW_TOKENS
+        reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
+        footprint = ImprovedMakespanModel._footprint(workload, mode, context)
+        return max(0.0, workload.generated_tokens_per_turn - reserve) / footprint
+
     def _router(self, workers: float) -> float:
         """Probability that a turn lands on the worker holding its prefix."""
         if self.params.serving.router == "cache_aware":
@@ -869,23 +914,12 @@ class ImprovedMakespanModel:
         if observed is not None and observed.retractions_per_turn is not None:
             retractions = observed.retractions_per_turn
         elif limited and mode is Mode.COLOCATED and m - n / decode_workers * f <= 1e-9 * m:
-            max_new = max(workload.max_context_tokens - c, 1.0) if workload.max_context_tokens else CLIP_MAX_NEW_TOKENS
-            reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
-            retractions = max(0.0, r - reserve) / f
-        # A trajectory's first turn has no prefix to miss, recompute or send (its prompt is the first-turn burst):
-        # those terms apply to the (S − 1)/S of the turns that follow one.
-        later = max(workload.turns - 1.0, 0.0) / workload.turns
-        missed = later * (1 - hit) * (held - group)
-        whole = mode is Mode.DISAGGREGATED and serving.pd_whole_context
-        if mode is Mode.COLOCATED:
-            prefill = dl + missed + retractions * (r / 2 + missed)
-            transfer = 0.0
-        elif whole:
-            prefill = dl + later * r + missed
-            transfer = dl + later * (1 - decode_hit) * c
-        else:
-            prefill = dl + missed
-            transfer = dl
+            retractions = self._full_pool_retractions(workload, mode, c)
+        later = max(workload.turns - 1.0, 0.0) / workload.turns  # the turns after a trajectory's first
+        colocated, whole = mode is Mode.COLOCATED, mode is Mode.DISAGGREGATED and serving.pd_whole_context
+        missed, prefill, transfer = _turn_tokens(
+            workload, later, colocated, whole, c, held, hit, decode_hit, group, retractions
+        )
         seconds = None
         cost = serving.charged_prefill_cost
         if cost is not None:
@@ -1687,7 +1721,7 @@ class _LaneCycle:
         self.per_seq_s = by_phase([model._per_seq_s(workload, ph.context) for ph in phases])
         held = [model._held(workload, mode, ph.context) for ph in phases]
         self.held = by_phase(held)
-        self.r, self.dl = workload.generated_tokens_per_turn, workload.appended_tokens_per_turn
+        self.r = workload.generated_tokens_per_turn
         self.t_p = model._prefill_per_token_s(workload)
         self.env = workload.env_time_per_turn_s
         self.kv = workload.kv_bytes_per_token
@@ -1701,14 +1735,7 @@ class _LaneCycle:
         # the phase's context.
         observed = serving.observed(mode)
         self.observed_retractions = None if observed is None else observed.retractions_per_turn
-        estimates = []
-        for ph in phases:
-            c = ph.context
-            top = workload.max_context_tokens
-            max_new = max(top - c, 1.0) if top else CLIP_MAX_NEW_TOKENS
-            reserve = MIN_NEW_TOKEN_RATIO * min(max_new, CLIP_MAX_NEW_TOKENS)
-            estimates.append(max(0.0, self.r - reserve) / model._footprint(workload, mode, c))
-        self.retraction_estimate = by_phase(estimates)
+        self.retraction_estimate = by_phase([model._full_pool_retractions(workload, mode, ph.context) for ph in phases])
         # The group-shared prompt (_group_prompt): 0 where the phase's prompt is; its router factor depends on the
         # phase's live members and the configuration's workers only.
         self.sharing = model._sharing()
@@ -1749,7 +1776,7 @@ class _LaneCycle:
     def flow(self, n: np.ndarray) -> tuple[_LaneFlow, np.ndarray, np.ndarray]:
         """(:meth:`ImprovedMakespanModel._flow`, its ``kv_limited`` and ``retractions``) with n decoding, in lanes."""
         serving = self.serving
-        r, dl, c, b = self.r, self.dl, self.c, self.b
+        c, b = self.c, self.b
         m, f, held = self.m, self.footprint, self.held
         decode_workers = self.cap_d
         decode_hit: np.ndarray | float = 0.0
@@ -1787,18 +1814,10 @@ class _LaneCycle:
             retractions = np.where(full, self.retraction_estimate, 0.0)
         else:
             retractions = np.zeros(n.shape)
-        later = self.later
-        missed = later * (1 - hit) * (held - group)
         whole = not self.colocated and serving.pd_whole_context
-        if self.colocated:
-            prefill = dl + missed + retractions * (r / 2 + missed)
-            transfer: np.ndarray | float = 0.0
-        elif whole:
-            prefill = dl + later * r + missed
-            transfer = dl + later * (1 - decode_hit) * c
-        else:
-            prefill = dl + missed
-            transfer = dl
+        _, prefill, transfer = _turn_tokens(
+            self.workload, self.later, self.colocated, whole, c, held, hit, decode_hit, group, retractions
+        )
         flow = _LaneFlow(
             hit=hit,
             prefill_tokens=np.maximum(prefill, 0.0),

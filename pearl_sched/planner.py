@@ -848,6 +848,12 @@ class _GateInputs:
     idle_window_s: float | None
     prepared_s: float = 0.0  # preparation done on the new preemptible GPUs the expansion gate weighs
 
+    def expansion_share(self, makespan_s: float, unfinished_fraction: float) -> float:
+        """:func:`~pearl_sched.policies.expansion_cost_share` of a batch predicted at ``makespan_s``."""
+        return expansion_cost_share(
+            makespan_s, unfinished_fraction, self.pstate, self.costs, self.policy, self.prepared_s
+        )
+
 
 @dataclass(frozen=True)
 class _GateSpec:
@@ -936,15 +942,7 @@ def _gate(
     # The most any candidate has prepared: an upper bound for skipping and for the batch in flight's share.
     inputs = replace(inputs, prepared_s=max(prepared.values(), default=0.0))
     if gate.category is _Category.NEW_PREEMPTIBLE and best is not None:
-        share = expansion_cost_share(
-            best.solution.makespan_s,
-            wider.unfinished_fraction,
-            inputs.pstate,
-            inputs.costs,
-            inputs.policy,
-            inputs.prepared_s,
-        )
-        wider = _amortised(wider, share)
+        wider = _amortised(wider, inputs.expansion_share(best.solution.makespan_s, wider.unfinished_fraction))
     # The shortcut bounds the surrogate's makespan, not predict's: a ranked solve always asks.
     if best is not None and solves.ranker is None and not _gate_can_pass(gate, best.solution, wider, inputs):
         reasons.append(f"no {gate.flag}: even unlimited use of the extra GPUs could not pay off")
@@ -957,14 +955,7 @@ def _gate(
     if gate.category is _Category.NEW_PREEMPTIBLE and best is None and inputs.pstate.preemption_hazard_per_s <= 0:
         # A cold start on GPUs that stay (h = 0): their one-time costs are free in the long run. At h > 0 the
         # costs stay whole here (docs/policies.md, limits).
-        share = expansion_cost_share(
-            wider_best.solution.makespan_s,
-            wider.unfinished_fraction,
-            inputs.pstate,
-            inputs.costs,
-            inputs.policy,
-            inputs.prepared_s,
-        )
+        share = inputs.expansion_share(wider_best.solution.makespan_s, wider.unfinished_fraction)
         if share < 1.0:
             wider = _amortised(wider, share)
             wider_best = solves.solve(wider) or wider_best

@@ -62,6 +62,32 @@ if TYPE_CHECKING:
 Config = tuple[Mode, int, int, int]  # mode, prefill, decode, colocated
 
 
+class _SegmentBound:
+    """A decider that reads the simulated cluster (:class:`~pearl_sched.sim.cluster.ClusterBound`).
+
+    ``bind`` keeps what it is given before the segment runs; each decider reads what it needs of it.
+    """
+
+    def __init__(self) -> None:
+        self.cluster: SimCluster | None = None
+        self.changes: list[tuple[float, float]] = []
+        self.dedicated_gpus = 0
+        self.duration_s = math.inf
+
+    def bind(
+        self,
+        cluster: SimCluster,
+        changes: Sequence[tuple[float, float]],
+        dedicated_gpus: int,
+        duration_s: float = math.inf,
+    ) -> None:
+        """Look at ``cluster``, the segment's availability ``changes`` (rollout GPUs, dedicated included), its end."""
+        self.cluster = cluster
+        self.changes = list(changes)
+        self.dedicated_gpus = dedicated_gpus
+        self.duration_s = duration_s
+
+
 @dataclass(frozen=True)
 class PolicySpec:
     """How to build a policy for a scenario, and the pool it runs on."""
@@ -169,7 +195,7 @@ RLBOOST_ETA = 0.5
 paper adapts the window with a step size it does not fix for this setting)."""
 
 
-class RLBoostPlus:
+class RLBoostPlus(_SegmentBound):
     """RLBoost+ (PEARL's baseline): RLBoost's rollout offload, adapted to asynchronous agentic RL, colocated.
 
     RLBoost (Wu et al., "RLBoost: Harvesting Preemptible Resources for Cost-Efficient Reinforcement Learning on
@@ -207,24 +233,14 @@ class RLBoostPlus:
             name: The policy's name in reports.
             eta: Step size of the window update (dimensionless: seconds of window per second of wait gap).
         """
+        super().__init__()  # bound: reads the batch's end from the cluster for the window update
         self.name = name
         self.eta = eta
         self.reason = ""
         self.seed_s: dict[int, float] = {}  # T_seed per remote-worker count
         self.current_s = 0.0  # the window in force: what a remote-worker count not met before starts from
-        self.cluster: SimCluster | None = None
         self._window: tuple[float, int] | None = None  # (start, remote workers) of this batch's window
         self._window_end_s: float | None = None
-
-    def bind(
-        self,
-        cluster: SimCluster,
-        changes: Sequence[tuple[float, float]],
-        dedicated_gpus: int,
-        duration_s: float = math.inf,
-    ) -> None:
-        """Read the batch's end from ``cluster`` for the window update (the other arguments are not used)."""
-        self.cluster = cluster
 
     def _update(self, now_s: float) -> None:
         """After a batch: move the window of the remote count it ran with by η (trainer wait − remote wait)."""
@@ -396,7 +412,7 @@ HINDSIGHT_PREFILL_SHARES = (0.25, 0.5, 0.75)
 """The disaggregated ratios the hindsight oracle tries per worker count: these prefill shares, rounded."""
 
 
-class GreedyLookahead:
+class GreedyLookahead(_SegmentBound):
     """A greedy hindsight lookahead over the planners' action space, simulated on the real cluster state.
 
     At the step boundary and at every decision point where something changed (GPUs joined or left, training
@@ -427,26 +443,12 @@ class GreedyLookahead:
             name: The policy's name in reports.
             shares: The prefill shares of the disaggregated candidates.
         """
+        super().__init__()
         self.name = name
         self.shares = tuple(shares)
         self.reason = ""
         self.lookaheads = 0
         self.predicted_s: list[tuple[float, float]] = []  # (decision time, predicted training start) per choice
-        self.cluster: SimCluster | None = None
-        self.changes: list[tuple[float, float]] = []
-        self.dedicated_gpus = 0
-
-    def bind(
-        self,
-        cluster: SimCluster,
-        changes: Sequence[tuple[float, float]],
-        dedicated_gpus: int,
-        duration_s: float = math.inf,
-    ) -> None:
-        """Look at ``cluster`` and the segment's availability ``changes`` (rollout GPUs, dedicated included)."""
-        self.cluster = cluster
-        self.changes = list(changes)
-        self.dedicated_gpus = dedicated_gpus
 
     @property
     def simulations(self) -> int:

@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING
 from pearl_sched.control import Assignment, Event, EventKind
 from pearl_sched.errors import SimulationError
 from pearl_sched.plans import Action, ActionKind
-from pearl_sched.sim.baselines import Config, _lendable, _usable, assign
+from pearl_sched.sim.baselines import Config, _lendable, _SegmentBound, _usable, assign
 from pearl_sched.state import ClusterState, Mode, Role, Worker, WorkerSize, WorkerSizes, Zone
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ class _StepPlan:
         return max(self.actions, default=-math.inf)
 
 
-class HindsightSearch:
+class HindsightSearch(_SegmentBound):
     """Plan each step in hindsight over the planners' action space (module docstring: what it bounds)."""
 
     def __init__(
@@ -318,16 +318,13 @@ class HindsightSearch:
         """
         if beam is not None and beam < 1:
             raise ValueError(f"beam must be at least 1 or None (exhaustive), got {beam}")
+        super().__init__()
         self.name = name
         self.shares = None if shares is None else tuple(shares)
         self.beam = beam
         self.max_simulations = max_simulations
         self.continuation = continuation and beam is not None
         self.reason = ""
-        self.cluster: SimCluster | None = None
-        self.changes: list[tuple[float, float]] = []
-        self.dedicated_gpus = 0
-        self.duration_s = math.inf
         self.search_costs: list[SearchCost] = []
         self.predicted_s: list[tuple[int, float]] = []  # (step, predicted training start) per searched step
         self.replans = 0  # a decision point the plan did not foresee (the cluster diverged): searched again
@@ -356,19 +353,6 @@ class HindsightSearch:
             return f"exhaustive({sized})" if sized else "exhaustive"
         continued = ",continued" if self.continuation else ""
         return f"pruned(beam={self.beam},shares={shares}{continued}" + (f",{sized})" if sized else ")")
-
-    def bind(
-        self,
-        cluster: SimCluster,
-        changes: Sequence[tuple[float, float]],
-        dedicated_gpus: int,
-        duration_s: float = math.inf,
-    ) -> None:
-        """Look at ``cluster``, the segment's availability ``changes`` (rollout GPUs, dedicated included), its end."""
-        self.cluster = cluster
-        self.changes = list(changes)
-        self.dedicated_gpus = dedicated_gpus
-        self.duration_s = duration_s
 
     # -- the action space ---------------------------------------------------------------------------------
     def _splits(self, n: int) -> list[int]:
