@@ -36,35 +36,15 @@ ORIG_FINISH = ro.RolloutSimulation._finish_turn
 batches: list[dict[str, Any]] = []  # per batch launched in the run: its start, changes, routes, finish times
 
 
-def _score(router: rt.Router, w: int, load: dict[int, int], reports: dict[int, rt.LoadReport]) -> float:
-    """Router._least_wait's expected-wait score, restated (checked against it on every call below)."""
-    rates = [r.gen_throughput for r in reports.values() if r.gen_throughput > 0]
-    nominal = sum(rates) / len(rates) if rates else rt.DEFAULT_THROUGHPUT
-    r = reports.get(w)
-    if r is None:
-        return load[w] * rt.MEAN_PREFILL_TOKENS / nominal
-    waiting = r.waiting_uncached_tokens if r.waiting_uncached_tokens > 0 else r.waiting_reqs * rt.MEAN_PREFILL_TOKENS
-    queued = waiting + r.running_reqs * rt.MEAN_PREFILL_TOKENS
-    k = min(max(r.token_usage, 0.0), 0.999)
-    rate = r.gen_throughput if r.gen_throughput > 0 else rt.DEFAULT_THROUGHPUT
-    return (queued + router.since_poll.get(w, 0.0)) / rate + rt.KV_PRESSURE_WEIGHT * k / (1 - k)
-
-
 def random_ties(seed: int) -> None:
     """Patch the expected-wait choice to break exact ties at random (seeded), as smg does."""
     rng = random.Random(seed)
 
     def least_wait(self: rt.Router, workers: list[int], load: dict[int, int]) -> int:
-        chosen = ORIG_LEAST_WAIT(self, workers, load)
-        reports = {w: self.reports[w] for w in workers if w in self.reports}
-        if not reports:
-            keys = {w: float(load[w]) for w in workers}
-        else:
-            keys = {w: _score(self, w, load, reports) for w in workers}
-        if min(workers, key=lambda w: (keys[w], w)) != chosen:
-            raise AssertionError("the restated score no longer matches Router._least_wait")
-        tied = [w for w in workers if keys[w] == keys[chosen]]
-        return rng.choice(tied) if len(tied) > 1 else chosen
+        waits = self.expected_waits(workers, load)
+        best = min(waits.values())
+        tied = [w for w in workers if waits[w] == best]
+        return rng.choice(tied) if len(tied) > 1 else tied[0]
 
     rt.Router._least_wait = least_wait  # type: ignore[method-assign]
 

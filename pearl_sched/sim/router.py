@@ -178,9 +178,18 @@ class Router:
 
     def _least_wait(self, workers: list[int], load: dict[int, int]) -> int:
         """The worker of least expected wait (smg's ``select_min_expected_wait``); ties to the lowest index."""
+        waits = self.expected_waits(workers, load)
+        return min(workers, key=lambda w: (waits[w], w))
+
+    def expected_waits(self, workers: list[int], load: dict[int, int]) -> dict[int, float]:
+        """Each worker's key in :meth:`_least_wait`.
+
+        Its expected wait in seconds, as smg scores it from the last poll's snapshot; without any snapshot, its
+        in-flight count (join-shortest-queue).
+        """
         reports = {w: self.reports[w] for w in workers if w in self.reports}
-        if not reports:  # no snapshot at all: join-shortest-queue on the in-flight count
-            return min(workers, key=lambda w: (load[w], w))
+        if not reports:
+            return {w: float(load[w]) for w in workers}
         rates = [r.gen_throughput for r in reports.values() if r.gen_throughput > 0]
         nominal = sum(rates) / len(rates) if rates else DEFAULT_THROUGHPUT
 
@@ -195,7 +204,7 @@ class Router:
             rate = r.gen_throughput if r.gen_throughput > 0 else DEFAULT_THROUGHPUT
             return (queued + self.since_poll.get(w, 0.0)) / rate + KV_PRESSURE_WEIGHT * k / (1 - k)
 
-        return min(workers, key=lambda w: (score(w), w))
+        return {w: score(w) for w in workers}
 
     def _match(self, index: int, load: dict[int, int]) -> tuple[float, list[int]]:
         """The deepest matched node's length and its live tenants (most recent first, at most eight)."""
