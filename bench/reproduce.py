@@ -158,32 +158,39 @@ def _oracle_lines(report: Report) -> None:
 
 
 def noise(data: Path, processes: int, reports: list[Report], names: tuple[str, ...] = ("e2e",)) -> list[float]:
-    """pearl_sched vs PEARL-faithful under two workload seeds, per segment: the run-to-run noise of the comparison.
+    """pearl_sched vs PEARL-faithful per segment, over seeds: the run-to-run noise of the comparison.
+
+    Two kinds of run: two workload seeds (the batches and the gateway's ties both change: ``seeds=``), and three
+    gateway tie seeds on the scenario's batches (only where equally scored workers' requests go: ``tie_seeds=``).
 
     Returns:
-        The spread (percentage points between the two seeds' ratios) of every segment.
+        The spread (percentage points between the largest and smallest ratio) of every segment, both kinds.
     """
     spreads = []
     for name in names:
         base = load_scenario(name).expand()[0]
-        ran = {r.scenario.name: r for r in reports}
-        by_seed: dict[int, Report] = {}
-        for seed in (base.seed, base.seed + 1):
-            existing = ran.get(name)
-            if seed == base.seed and existing is not None and {"pearl", "pearl_sched"} <= set(existing.runs):
-                by_seed[seed] = existing
-            else:
-                scenario = base.model_copy(update={"seed": seed})
-                by_seed[seed] = run_scenario(scenario, ["pearl", "pearl_sched"], data, processes=processes)
-        for segment in [*(s.name for s in base.segments), None]:
-            ratios = [r.ratio("pearl_sched", "pearl", segment) or 0.0 for r in by_seed.values()]
-            spread = 100 * (max(ratios) - min(ratios))
-            spreads.append(spread)
-            print(
-                f"noise scenario={name} segment={segment or 'all'} seeds={','.join(map(str, by_seed))}"
-                f" pearl_sched_vs_pearl={','.join(f'{r:.4f}' for r in ratios)} spread_pct={spread:.2f}",
-                flush=True,
-            )
+        existing = {r.scenario.name: r for r in reports}.get(name)
+        if existing is None or not {"pearl", "pearl_sched"} <= set(existing.runs):
+            existing = run_scenario(base, ["pearl", "pearl_sched"], data, processes=processes)
+
+        def rerun(update: dict[str, int], scenario: Scenario = base) -> Report:
+            return run_scenario(scenario.model_copy(update=update), ["pearl", "pearl_sched"], data, processes=processes)
+
+        ties = base.gateway_tie_seed
+        runs = {
+            "seeds": {base.seed: existing, base.seed + 1: rerun({"seed": base.seed + 1})},
+            "tie_seeds": {ties: existing, **{ties + k: rerun({"tie_seed": ties + k}) for k in (1, 2)}},
+        }
+        for kind, by_seed in runs.items():
+            for segment in [*(s.name for s in base.segments), None]:
+                ratios = [r.ratio("pearl_sched", "pearl", segment) or 0.0 for r in by_seed.values()]
+                spread = 100 * (max(ratios) - min(ratios))
+                spreads.append(spread)
+                print(
+                    f"noise scenario={name} segment={segment or 'all'} {kind}={','.join(map(str, by_seed))}"
+                    f" pearl_sched_vs_pearl={','.join(f'{r:.4f}' for r in ratios)} spread_pct={spread:.2f}",
+                    flush=True,
+                )
     return spreads
 
 

@@ -3,10 +3,10 @@
 A diagnosis, not a configuration. For each policy it prints the steps (times, tokens, prefill and cache-hit
 tokens), the configurations in force, and for the batch ``--batch`` (1-based within the segment): the workers
 joining and leaving it (with the sequences each leaving worker held), the last trajectories to finish, and the
-workers the last one was routed to. ``--tie-seed N`` breaks the gateway's expected-wait ties at random, seeded,
-as smg does (``least_load.rs``); without it ties go to the lowest worker index, as the simulator does
-(docs/simulator.md, "The gateway"). Both are patched into this process only (``pearl_sched.sim.router``,
-``pearl_sched.sim.rollout``, ``pearl_sched.sim.cluster``).
+workers the last one was routed to. ``--tie-seeds`` runs every policy once per seed of the gateway's random
+tie-break (the scenario's ``tie_seed``; docs/simulator.md, "The gateway"); ``index`` among them gives ties to the
+lowest worker index, the simulator's rule before s14. The tracing (and ``index``) are patched into this process
+only (``pearl_sched.sim.rollout``, ``pearl_sched.sim.cluster``).
 Run: ``.venv/bin/python bench/segment_trace.py swe-qwen3-30b-a3b/64k 2 --policies pearl_sched,pearl``
 (SEGMENT an index from 0); one simulation per policy and seed.
 """
@@ -17,36 +17,21 @@ import argparse
 import collections
 import itertools
 import math
-import random
 from typing import Any
 
 import pearl_sched.sim.cluster as cl
 import pearl_sched.sim.rollout as ro
-import pearl_sched.sim.router as rt
 from pearl_sched.shared_data import default_data
 from pearl_sched.sim.experiment import run_policy_segment
 from pearl_sched.sim.scenario import load_scenario
 
-ORIG_LEAST_WAIT = rt.Router._least_wait
+ORIG_ROUTER_SEEDS = ro._router_seeds
 ORIG_LAUNCH = cl.SimCluster.launch
 ORIG_CHANGE = ro.RolloutSimulation._change
 ORIG_QUEUE = ro.RolloutSimulation._queue_job
 ORIG_FINISH = ro.RolloutSimulation._finish_turn
 
 batches: list[dict[str, Any]] = []  # per batch launched in the run: its start, changes, routes, finish times
-
-
-def random_ties(seed: int) -> None:
-    """Patch the expected-wait choice to break exact ties at random (seeded), as smg does."""
-    rng = random.Random(seed)
-
-    def least_wait(self: rt.Router, workers: list[int], load: dict[int, int]) -> int:
-        waits = self.expected_waits(workers, load)
-        best = min(waits.values())
-        tied = [w for w in workers if waits[w] == best]
-        return rng.choice(tied) if len(tied) > 1 else tied[0]
-
-    rt.Router._least_wait = least_wait  # type: ignore[method-assign]
 
 
 def launch(self: cl.SimCluster, step: int) -> None:
@@ -95,7 +80,9 @@ def main() -> None:
     parser.add_argument("--policies", default="pearl_sched,pearl")
     parser.add_argument("--batch", type=int, default=2, help="the batch whose tail is printed (1-based)")
     parser.add_argument(
-        "--tie-seeds", default="", help="comma-separated seeds, each a run of every policy (default: ties by index)"
+        "--tie-seeds",
+        default="",
+        help="comma-separated tie seeds (or 'index'), each a run of every policy (default: the scenario's)",
     )
     parser.add_argument("--follow", default="", help="comma-separated trajectories of the batch to print too")
     parser.add_argument("--brief", action="store_true", help="one line per run (no batch detail)")
@@ -106,15 +93,16 @@ def main() -> None:
     ro.RolloutSimulation._change = change  # type: ignore[method-assign]
     ro.RolloutSimulation._queue_job = queue_job  # type: ignore[method-assign]
     ro.RolloutSimulation._finish_turn = finish_turn  # type: ignore[method-assign]
-    seeds: list[int | None] = [int(s) for s in args.tie_seeds.split(",") if s] or [None]
+    seeds = [s for s in args.tie_seeds.split(",") if s] or [None]
     for seed in seeds:
-        rt.Router._least_wait = ORIG_LEAST_WAIT  # type: ignore[method-assign]
-        if seed is not None:
-            random_ties(seed)
+        ro._router_seeds = ORIG_ROUTER_SEEDS  # type: ignore[assignment]
+        if seed == "index":
+            ro._router_seeds = lambda _seed: (None, None)  # type: ignore[assignment]
+        run = scenario if seed in (None, "index") else scenario.model_copy(update={"tie_seed": int(seed)})
+        ties = seed if seed == "index" else f"seed {run.gateway_tie_seed}"
         for policy in args.policies.split(","):
             batches.clear()
-            r = run_policy_segment(scenario, policy, args.segment, default_data())
-            ties = "index" if seed is None else f"seed {seed}"
+            r = run_policy_segment(run, policy, args.segment, default_data())
             steps = [round(s.step_time_s, 1) for s in r.steps]
             ends = [round(s.rollout_end_s, 1) for s in r.steps]
             print(f"{policy} ties={ties}: {r.throughput_tok_s:.0f} tok/s; step_time_s {steps}; rollout_end {ends}")

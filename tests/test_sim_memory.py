@@ -460,3 +460,28 @@ def test_load_reports_count_the_decode_batch_as_running(mode: Mode) -> None:
     if mode is Mode.DISAGGREGATED:
         assert {running for side, running, _ in seen if side == "prefill"} == {0}
     assert max(running for side, running, _ in seen if side != "prefill") > 0
+
+
+def test_the_pools_tie_seed_seeds_both_routers_on_their_own_streams() -> None:
+    """``Pool.tie_seed`` s gives the prefill (or colocated) router seed 2s and the decode router 2s + 1; ``None``
+    keeps the index tie-break in both."""
+    sim = RolloutSimulation(_pd(tie_seed=5), [TWO_TURNS])
+    assert (sim.prefill_router.tie_seed, sim.decode_router.tie_seed) == (10, 11)
+    sim = RolloutSimulation(_pd(tie_seed=None), [TWO_TURNS])
+    assert (sim.prefill_router.tie_seed, sim.decode_router.tie_seed) == (None, None)
+
+
+@pytest.mark.needs_data
+def test_a_steps_tie_seed_comes_from_the_scenario_and_the_step() -> None:
+    """Every policy's step k runs behind the same seeded gateway: the scenario's ``tie_seed`` (default: its batch
+    seed) × 1,000,003 + k, as the batches are seeded."""
+    from pearl_sched.sim.experiment import setting_for
+    from pearl_sched.sim.scenario import load_scenario
+
+    e2e = load_scenario("e2e")
+    assert setting_for(e2e, DATA).pool(Mode.COLOCATED, colocated=2, step=3).tie_seed == 3
+    reseeded = e2e.model_copy(update={"seed": 2})
+    assert setting_for(reseeded, DATA).pool(Mode.COLOCATED, colocated=2, step=3).tie_seed == 2 * 1_000_003 + 3
+    ties_only = e2e.model_copy(update={"tie_seed": 4})
+    assert ties_only.seed == 0 and ties_only.gateway_tie_seed == 4
+    assert setting_for(ties_only, DATA).pool(Mode.DISAGGREGATED, 1, 1).tie_seed == 4 * 1_000_003

@@ -230,3 +230,37 @@ def test_a_joining_worker_gets_one_miss_in_four_during_its_first_minute() -> Non
     chosen = [router.route(i, 100.0, 100.0 + i, live) for i in range(5)]
     assert chosen == [2, 0, 0, 0, 2]  # misses 4 and 8
     assert [router.route(10 + i, 100.0, 160.0 + i, live) for i in range(4)] == [0, 0, 0, 0]  # miss 12: too old
+
+
+def test_equal_scores_are_a_uniform_random_tie_reproducible_from_the_seed() -> None:
+    """smg's ``select_min_expected_wait`` picks uniformly among equal scores (its own test: "equal-score ties must
+    spread across all workers"). Four idle workers, no reports: every miss is a four-way tie on in-flight 0 (each
+    request leaves at once). A seeded router spreads 4,000 misses near 1,000 a worker, the same seed repeats the
+    sequence, another seed gives another; without a seed every tie goes to worker 0."""
+
+    def misses(router: Router) -> list[int]:
+        return [router.route(i, 100.0, 0.0, [(w, 0) for w in range(4)]) for i in range(4000)]
+
+    seeded = misses(Router("cache_aware", tie_seed=7))
+    counts = [seeded.count(w) for w in range(4)]
+    assert all(900 < c < 1100 for c in counts), counts  # binomial(4000, 1/4): sd 27, so ±100 is ±3.6 sd
+    assert misses(Router("cache_aware", tie_seed=7)) == seeded
+    assert misses(Router("cache_aware", tie_seed=8)) != seeded
+    assert set(misses(Router("cache_aware"))) == {0}
+
+
+def test_only_exact_ties_are_random() -> None:
+    """A strictly lower score always wins, seeded or not: worker 2 reports less token work than the others."""
+    reports = {w: LoadReport(waiting_reqs=0 if w == 2 else 1) for w in range(4)}
+    for seed in range(20):
+        router = Router("cache_aware", tie_seed=seed)
+        assert router.route(seed, 100.0, 0.0, [(w, 0) for w in range(4)], reports.__getitem__) == 2
+
+
+def test_least_load_breaks_in_flight_ties_at_random() -> None:
+    """``least_load`` ranks by in-flight count: workers 1 and 3 tie at 2, below 0 and 2; both are chosen over seeds,
+    never 0 or 2."""
+    chosen = {
+        Router("least_load", tie_seed=seed).route(0, 100.0, 0.0, [(0, 5), (1, 2), (2, 3), (3, 2)]) for seed in range(40)
+    }
+    assert chosen == {1, 3}

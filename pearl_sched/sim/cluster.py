@@ -801,7 +801,7 @@ class SimCluster:
         counts = {key: len(group) for key, group in engines.items()}
         ranks = {key: sum(e.ranks for e in group) for key, group in engines.items()}
         pool = dataclasses.replace(
-            self.setting.pool(mode, **ranks),
+            self.setting.pool(mode, **ranks, step=step),
             step_times=self.observed,
             prefill_engines=engines.get("prefill", ()),
             decode_engines=engines.get("decode", ()),

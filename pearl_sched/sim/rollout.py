@@ -123,6 +123,8 @@ class Pool:
         router: The gateway's policy: ``cache_aware`` (smg's default), ``least_load`` or ``round_robin``.
         overload_protection: smg's worker overload protection (its default; pearl_sched's adapters launch the
             gateway with it off: ``router.GATEWAY_OVERLOAD_PROTECTION``).
+        tie_seed: Seeds the gateway's tie-break among workers of equal score, which smg makes uniformly at random
+            (``router.Router``); ``None`` gives ties to the lowest worker index.
         decode_radix_cache: SGLang's ``--disaggregation-decode-enable-radix-cache`` (off by default).
         enable_mixed_chunk: SGLang's ``--enable-mixed-chunk``: a prefill chunk and the decode batch in one step.
         step_overhead_s: Framework seconds added to every step (scheduling, sampling, launch).
@@ -148,6 +150,7 @@ class Pool:
     chunk_tokens: int = 8192
     router: str = "cache_aware"
     overload_protection: bool = GATEWAY_OVERLOAD_PROTECTION
+    tie_seed: int | None = 0
     decode_radix_cache: bool = False
     enable_mixed_chunk: bool = False
     step_overhead_s: float = 0.0
@@ -414,10 +417,13 @@ class RolloutSimulation:
                 pool.prefill_engines,
                 pool.decode_engines,
             )
-        protection = pool.overload_protection
-        self.prefill_router = Router(pool.router, groups=self.groups, overload_protection=protection)
+        protection, seeds = pool.overload_protection, _router_seeds(pool.tie_seed)
+        self.prefill_router = Router(pool.router, groups=self.groups, overload_protection=protection, tie_seed=seeds[0])
         self.decode_router = Router(
-            pool.router if pool.decode_radix_cache else "least_load", groups=self.groups, overload_protection=protection
+            pool.router if pool.decode_radix_cache else "least_load",
+            groups=self.groups,
+            overload_protection=protection,
+            tie_seed=seeds[1],
         )
         self.events: list[tuple[float, int, _Kind, int, int]] = []
         self._seq = itertools.count()
@@ -1177,6 +1183,11 @@ def _shared_prompts(trajectories: Sequence[TrajectorySpec]) -> dict[int, tuple[i
             shared = float(trajectories[indices[0]].turns[0].appended_tokens)
             out.update((i, (-(group + 1), shared)) for i in indices)
     return out
+
+
+def _router_seeds(tie_seed: int | None) -> tuple[int | None, int | None]:
+    """The prefill (or colocated) router's and the decode router's tie seeds: two streams from one seed."""
+    return (None, None) if tie_seed is None else (2 * tie_seed, 2 * tie_seed + 1)
 
 
 def simulate_batch(

@@ -28,7 +28,10 @@ it reports none) plus 0.15 · k / (1 − k) for its reported KV usage k. The run
 (probed; the v1.9-era source has no such term): docs/simulator.md, "The load reports". A worker without a report
 yet (it joined after the poll) scores its in-flight count × 1,024
 over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
-cold-start rule. smg breaks ties at random; the simulator by worker index. Two more 1.13.0 defaults read the
+cold-start rule. Workers of equal score are a tie, which smg breaks uniformly at random (reservoir sampling in
+``select_min_expected_wait``); so does the router, from a seeded generator (``tie_seed``; ``None`` gives ties to
+the lowest worker index, the rule before this was modelled). ``least_load`` breaks its ties the same way.
+Two more 1.13.0 defaults read the
 reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
 KV usage ≥ 0.8 while another worker is under both (every worker over: all stay eligible) — on in smg by default,
 off here by default because pearl_sched's adapters launch smg with ``--disable-worker-overload-protection``
@@ -48,6 +51,7 @@ Whether a worker still *holds* the prefix is the worker's radix cache's business
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -90,10 +94,6 @@ class LoadReport:
         return self.waiting_reqs >= OVERLOAD_WAITING_REQUESTS or self.token_usage >= OVERLOAD_TOKEN_USAGE
 
 
-def _by_load(worker_load: tuple[int, int]) -> tuple[int, int]:
-    return worker_load[1], worker_load[0]
-
-
 @dataclass
 class Router:
     """One routing policy over one set of workers (prefill, decode or colocated)."""
@@ -112,11 +112,14 @@ class Router:
     joined: dict[int, float] = field(default_factory=dict)  # worker → when the router first saw it
     misses: int = 0  # misses routed so far (the warm-up slice takes every fourth)
     overload_protection: bool = GATEWAY_OVERLOAD_PROTECTION  # smg's veto (on unless --disable-…-protection)
+    tie_seed: int | None = None  # seeds the random tie-break among equal scores; None: ties to the lowest index
+    _ties: random.Random | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        """Refuse a policy the gateway does not have."""
+        """Refuse a policy the gateway does not have; seed the tie-break."""
         if self.policy not in ROUTER_POLICIES:
             raise ValueError(f"unknown router policy {self.policy!r}; choose one of {', '.join(ROUTER_POLICIES)}")
+        self._ties = random.Random(self.tie_seed) if self.tie_seed is not None else None
 
     def route(
         self,
@@ -136,7 +139,8 @@ class Router:
             self.turn += 1
             return worker
         if self.policy == "least_load":
-            return min(loads, key=_by_load)[0]
+            in_flight = dict(loads)
+            return self._argmin(sorted(in_flight), in_flight)
         load = dict(loads)
         for w in load:
             self.joined.setdefault(w, now_s)
@@ -177,9 +181,16 @@ class Router:
         self.next_poll_s = (math.floor(now_s / LOAD_MONITOR_INTERVAL_S) + 1) * LOAD_MONITOR_INTERVAL_S
 
     def _least_wait(self, workers: list[int], load: dict[int, int]) -> int:
-        """The worker of least expected wait (smg's ``select_min_expected_wait``); ties to the lowest index."""
-        waits = self.expected_waits(workers, load)
-        return min(workers, key=lambda w: (waits[w], w))
+        """The worker of least expected wait (smg's ``select_min_expected_wait``)."""
+        return self._argmin(workers, self.expected_waits(workers, load))
+
+    def _argmin(self, workers: list[int], score: dict[int, float] | dict[int, int]) -> int:
+        """The worker of least score; a tie uniformly at random among the tied (smg), or to the lowest index."""
+        best = min(score[w] for w in workers)
+        tied = sorted(w for w in workers if score[w] == best)
+        if len(tied) == 1 or self._ties is None:
+            return tied[0]
+        return tied[self._ties.randrange(len(tied))]
 
     def expected_waits(self, workers: list[int], load: dict[int, int]) -> dict[int, float]:
         """Each worker's key in :meth:`_least_wait`.

@@ -158,6 +158,13 @@ class Scenario(Frozen):
         default=0.35, gt=0, le=1, description="Model-FLOPs utilisation of a training step (an assumption)"
     )
     seed: int = Field(default=0, ge=0, description="Seed of the batches: every policy sees the same work")
+    tie_seed: int | None = Field(
+        default=None,
+        ge=0,
+        exclude_if=lambda v: v is None,  # scenarios that do not set it dump (and report) as before
+        description="Seed of the gateway's random tie-break among equally scored workers, as smg breaks ties "
+        "(none: the batches' seed)",
+    )
     cost_scale: float = Field(default=1.0, gt=0, description="Multiplier on every reconfiguration cost")
     policies: tuple[str, ...] = Field(default=(), description="Policies to compare (empty: all)")
     worker_sizes: WorkerSizes | None = Field(
@@ -223,6 +230,11 @@ class Scenario(Frozen):
     def size(self) -> WorkerSize:
         """The size of every worker of policies that do not choose sizes: ``tp`` GPUs, ``attention_dp`` ranks."""
         return WorkerSize(tp=self.tp, dp=self.attention_dp)
+
+    @property
+    def gateway_tie_seed(self) -> int:
+        """The seed of the gateway's tie-break: ``tie_seed``, else the batches' ``seed``."""
+        return self.seed if self.tie_seed is None else self.tie_seed
 
     @property
     def trajectories_per_step(self) -> int:

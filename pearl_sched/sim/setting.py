@@ -366,7 +366,7 @@ class Setting:
         return make_predictor(name, chosen, serving if serving is not None else self.serving_params())
 
     # -- pools and the trainer ------------------------------------------------------------------------------
-    def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0) -> Pool:
+    def pool(self, mode: Mode, prefill: int = 0, decode: int = 0, colocated: int = 0, step: int = 0) -> Pool:
         """A fresh worker pool of this setting's SGLang workers for :func:`~pearl_sched.sim.rollout.simulate_batch`.
 
         Each worker gets the setting's step times, KV pool, chunked-prefill size, router and P→D link.
@@ -376,6 +376,8 @@ class Setting:
             prefill: Prefill workers (disaggregated).
             decode: Decode workers (disaggregated).
             colocated: Colocated workers.
+            step: The training step whose batch the pool runs: with the scenario's ``tie_seed`` it seeds the
+                gateway's tie-break, so a step's routing is the same whichever policy asks for it.
         """
         return Pool(
             mode,
@@ -389,6 +391,7 @@ class Setting:
             chunk_tokens=self.chunked_prefill_size,
             router=self.router,
             overload_protection=self.overload_protection,
+            tie_seed=self.scenario.gateway_tie_seed * 1_000_003 + step,
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
             step_overhead_s=self.step_overhead_s,

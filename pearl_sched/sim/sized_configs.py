@@ -93,7 +93,7 @@ def simulate_sized(setting: Setting, config: SizedConfig, step: int = 0) -> floa
     engines = {keys[r]: tuple(setting.engine(z) for z in config.get(r, ())) for r in keys}
     ranks = {key: sum(e.ranks for e in group) for key, group in engines.items()}
     pool = dataclasses.replace(
-        setting.pool(mode, **ranks),
+        setting.pool(mode, **ranks, step=step),
         prefill_engines=engines["prefill"],
         decode_engines=engines["decode"],
         colocated_engines=engines["colocated"],
