@@ -300,6 +300,7 @@ def _run_simulation(
     plots: bool,
     ray: bool = False,
     ray_address: str | None = None,
+    seeds: dict[str, int] | None = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -320,6 +321,8 @@ def _run_simulation(
         base = load_scenario(scenario_name)
     except ScenarioError as exc:
         _fail(str(exc))
+    if seeds:  # the command line's seeds over the file's (every variant inherits them)
+        base = base.model_copy(update=seeds)
     chosen = policies or list(base.policies) or list(POLICIES)
     unknown = [p for p in chosen if p not in POLICIES]
     if unknown:
@@ -421,9 +424,17 @@ def simulate_command(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Ray cluster to join (implies --ray); default: a local one")
     ] = None,
+    seed: Annotated[
+        int | None, typer.Option(min=0, help="Seed of the batches (and of the gateway's ties); default: the file's")
+    ] = None,
+    tie_seed: Annotated[
+        int | None,
+        typer.Option(min=0, help="Seed of the gateway's random tie-break among equal scores; default: the batches'"),
+    ] = None,
 ) -> None:
     """Simulate a scenario under several policies on real profiles; print the table, write a report and plots."""
-    _run_simulation(scenario, policy, data, out, processes, plots, ray, ray_address)
+    seeds = {k: v for k, v in (("seed", seed), ("tie_seed", tie_seed)) if v is not None}
+    _run_simulation(scenario, policy, data, out, processes, plots, ray, ray_address, seeds)
 
 
 @app.command("demo")

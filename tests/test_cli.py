@@ -108,11 +108,14 @@ def test_simulate_writes_a_report_and_plots(tmp_path: Path) -> None:
             str(DATA),
             "--processes",
             "1",
+            "--tie-seed",
+            "3",
         ],
     )
     assert result.exit_code == 0, result.output
     assert "pearl_sched" in result.output and "vs ROLL" in result.output
     report = json.loads((tmp_path / "out" / "tiny" / "report.json").read_text())
+    assert report["scenario"]["tie_seed"] == 3 and report["scenario"]["seed"] == 0  # the run used the option
     assert {row["policy"] for row in report["summary"]} == {"roll", "pearl_sched"}
     assert all(row["carried_over"] >= 0 for row in report["summary"])
     for name in ("throughput.png", "timeline.png", "ratio.png"):
@@ -124,3 +127,5 @@ def test_simulate_rejects_unknown_scenarios_and_policies(tmp_path: Path) -> None
     assert result.exit_code == 2 and "shipped scenarios" in result.output
     result = runner.invoke(app, ["simulate", "e2e", "-p", "magic", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "unknown policies ['magic']" in result.output
+    result = runner.invoke(app, ["simulate", "e2e", "--tie-seed", "-1", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--tie-seed" in result.output
