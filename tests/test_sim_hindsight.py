@@ -114,13 +114,16 @@ def test_no_policy_starts_step_0_training_before_the_exhaustive_search(
 
 @pytest.mark.slow
 def test_no_policy_beats_the_exhaustive_search_over_two_steps() -> None:
-    """Over two steps the search is per step, not a bound by construction, so a policy may beat it: on this instance
-    oracle-lookahead does, by 0.003% (273.049 against 273.042 tok/s, its last step 15 ms sooner), since the gateway
-    routes as smg 1.13.0 (before, nothing did). Held here: nothing beats it by more than 0.01%."""
+    """Over two steps the search is per step, not a bound by construction, so a policy may beat it, and where the
+    gateway's equal scores go is drawn at random (seeded, as smg draws them), so two action sequences that differ in
+    anything see other draws. On this instance oracle-lookahead beats it by 0.011% with the scenario's tie seed 0
+    (273.049 against 273.019 tok/s: step 1 the same, step 2 64 ms sooner); with tie seeds 1 and 2 nothing does, and
+    the search itself makes 273.072 and 273.066 (a 0.02% span from the draws alone). Held here: nothing beats it by
+    more than 0.05%, a margin over that span."""
     bound = _run(HindsightSearch(beam=None, shares=None), trace=TWO_STEPS)
     assert len(bound.steps) == 2
     for name, result in _policies(TWO_STEPS).items():
-        assert bound.throughput_tok_s >= result.throughput_tok_s * (1 - 1e-4), name
+        assert bound.throughput_tok_s >= result.throughput_tok_s * (1 - 5e-4), name
 
 
 def test_an_exhaustive_search_too_large_refuses_with_the_count() -> None:
