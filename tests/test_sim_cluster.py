@@ -75,6 +75,29 @@ def test_a_run_small_enough_to_work_out_by_hand() -> None:
     assert [(s.prefill_tokens, s.cache_hit_tokens) for s in result.steps] == [(100, 0)] * 4
 
 
+def test_each_steps_gateway_is_seeded_from_the_scenario_and_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step k's batch runs behind a gateway whose ties are drawn from tie_seed × 1,000,003 + k, whatever the policy
+    did before it, as the batches are seeded (the hand run's four steps, with the scenario's tie seed 5)."""
+    import pearl_sched.sim.cluster as cluster_module
+
+    setting = hand_setting()
+    setting.scenario = setting.scenario.model_copy(update={"tie_seed": 5})
+    seeds: list[int | None] = []
+
+    class Recorded(cluster_module.RolloutSimulation):
+        def __init__(self, pool, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seeds.append(pool.tie_seed)
+            super().__init__(pool, *args, **kwargs)
+
+    monkeypatch.setattr(cluster_module, "RolloutSimulation", Recorded)
+    trace = AvailabilityTrace(np.zeros(1), np.array([4.0]), 3.0)
+    result = run_segment(
+        setting, trace, FixedColocated("one", (Zone.DEDICATED,)), costs=TransitionCosts(), tick_s=100.0
+    )
+    assert [s.step for s in result.steps] == [0, 1, 2, 3]
+    assert seeds == [5 * 1_000_003 + k for k in range(4)]
+
+
 def test_borrowed_gpus_join_after_activation_and_delay_training_by_the_deactivation() -> None:
     setting = hand_setting()
     costs = TransitionCosts(activation_s=0.05, deactivation_s=0.3)
