@@ -26,17 +26,16 @@ smg polls (``/v1/loads``) every ``--load-monitor-interval`` 10 s — stale in be
 request, plus the tokens routed to it since the poll) over its reported generation throughput (2,000 tok/s when
 it reports none) plus 0.15 · k / (1 − k) for its reported KV usage k. The running term is the 1.13.0 binary's
 (probed; the v1.9-era source has no such term): docs/simulator.md, "The load reports". A worker without a report
-yet (it joined after the poll) scores its in-flight count × 1,024
-over the reporting workers' mean throughput. Without reports (no ``report``) it is the in-flight count, smg's
-cold-start rule. Workers of equal score are a tie, which smg breaks uniformly at random (reservoir sampling in
-``select_min_expected_wait``); so does the router, from a seeded generator (``tie_seed``; ``None`` gives ties to
-the lowest worker index, the rule before this was modelled). ``least_load`` breaks its ties the same way.
-Two more 1.13.0 defaults read the
-reports: *overload protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or
-KV usage ≥ 0.8 while another worker is under both (every worker over: all stay eligible) — on in smg by default,
-off here by default because pearl_sched's adapters launch smg with ``--disable-worker-overload-protection``
-(``overload_protection=True`` models a gateway launched with smg's defaults); and the *warm-up
-slice* (``--worker-warmup-secs`` 60, ``--worker-warmup-share`` 0.25) sends one miss in four to the least
+yet (it joined after the poll) scores its in-flight count × 1,024 over the reporting workers' mean throughput.
+Without reports (no ``report``) it is the in-flight count, smg's cold-start rule. Workers of equal score are a tie,
+which smg breaks uniformly at random (reservoir sampling in ``select_min_expected_wait``); so does the router, from
+a seeded generator (``tie_seed``; ``None`` gives ties to the lowest worker index, the rule before this was
+modelled). ``least_load`` breaks its ties the same way. Two more 1.13.0 defaults read the reports: *overload
+protection* leaves out of routing a worker whose last report had ≥ 8 waiting requests or KV usage ≥ 0.8 while
+another worker is under both (every worker over: all stay eligible) — on in smg by default, off here by default
+because pearl_sched's adapters launch smg with ``--disable-worker-overload-protection``
+(``overload_protection=True`` models a gateway launched with smg's defaults); and the *warm-up slice*
+(``--worker-warmup-secs`` 60, ``--worker-warmup-share`` 0.25) sends one miss in four to the least
 expected-wait worker among those that joined less than 60 s ago. docs/simulator.md, "The gateway", has what
 was checked against the binary and what is left out (the diversion of hits to *thin* workers).
 

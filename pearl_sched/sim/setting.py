@@ -377,7 +377,7 @@ class Setting:
             decode: Decode workers (disaggregated).
             colocated: Colocated workers.
             step: The training step whose batch the pool runs: with the scenario's ``tie_seed`` it seeds the
-                gateway's tie-break, so a step's routing is the same whichever policy asks for it.
+                gateway's tie-break, so every policy's step starts from the same draw (as from the same batch).
         """
         return Pool(
             mode,
