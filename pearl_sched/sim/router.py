@@ -139,7 +139,7 @@ class Router:
             return worker
         if self.policy == "least_load":
             in_flight = dict(loads)
-            return self._argmin(sorted(in_flight), in_flight)
+            return self._argmin(list(in_flight), in_flight)
         load = dict(loads)
         for w in load:
             self.joined.setdefault(w, now_s)

@@ -60,6 +60,11 @@ def read_system(path: Path) -> dict[str, float]:
     return values
 
 
+def step_seed(seed: int, step: int) -> int:
+    """Step ``step``'s seed from a scenario seed: its batch and its gateway's tie draws are seeded this way."""
+    return seed * 1_000_003 + step
+
+
 @dataclass(eq=False)  # identity hash: batches are memoised per setting
 class Setting:
     """A scenario made concrete: step times, capacities, predictors, batches and the trainer."""
@@ -210,7 +215,7 @@ class Setting:
                 env_mean_s=s.env_mean_s,
                 env_std_s=s.env_std_s,
                 max_length=s.max_length_tokens,
-                seed=s.seed * 1_000_003 + step,
+                seed=step_seed(s.seed, step),
                 output_scale=s.output_scale,
                 group_size=s.group_size,
             )
@@ -391,7 +396,7 @@ class Setting:
             chunk_tokens=self.chunked_prefill_size,
             router=self.router,
             overload_protection=self.overload_protection,
-            tie_seed=self.scenario.gateway_tie_seed * 1_000_003 + step,
+            tie_seed=step_seed(self.scenario.gateway_tie_seed, step),
             decode_radix_cache=self.decode_radix_cache,
             enable_mixed_chunk=self.enable_mixed_chunk,
             step_overhead_s=self.step_overhead_s,
