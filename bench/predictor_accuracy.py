@@ -63,9 +63,15 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
 
     predict_measured dataset=<silicon-sglang|silicon-sglang-kvbound> model=<name> rows=<n> mape_pct=<x>
 
+With ``--live-share turn-counts`` the improved predictors take each phase's live trajectories from the batch's turn
+counts (``Workload.turn_quantiles``, every 5%; ``ServingParams.live_share``): the batch spans its longest
+trajectory's turns instead of the p90's, the live share falling as the trajectories finish rather than linearly
+(docs/makespan.md, "The live share from turn counts"); ``linear`` (the default) is the predictor as plan() runs it.
+
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
                                          [--prefill-cost one-term|two-term] [--prefill-batch-cost on|off]
                                          [--shared-prompts on|off] [--decode-cost kv|pearl]
+                                         [--live-share linear|turn-counts]
 """
 
 from __future__ import annotations
@@ -406,12 +412,14 @@ def main() -> None:
     parser.add_argument("--prefill-batch-cost", choices=("on", "off"), default="off")
     parser.add_argument("--shared-prompts", choices=("on", "off"), default="on")
     parser.add_argument("--decode-cost", choices=("kv", "pearl"), default="kv")
+    parser.add_argument("--live-share", choices=("linear", "turn-counts"), default="linear")
     args = parser.parse_args()
     global TWO_TERM, KV_DECODE
     TWO_TERM = args.prefill_cost == "two-term"
     KV_DECODE = args.decode_cost == "kv"
     OPT_IN["shared_prompt_hits"] = args.shared_prompts == "on"
     OPT_IN["prefill_batch_cost"] = args.prefill_batch_cost == "on"
+    OPT_IN["live_share"] = args.live_share.replace("-", "_")
     logging.basicConfig(level=logging.WARNING)
     gpu_counts = [int(g) for g in args.gpus.split(",")]
     overall: dict[str, list[float]] = {m: [] for m in MODELS}

@@ -174,6 +174,34 @@ def _slowest_delays_s(bursts_s: list[float], spread_s: float, trajectories: int)
     return [delays[b] if b > 0 else slowest_delay_s(b, spread_s, trajectories) for b in bursts_s]
 
 
+@functools.lru_cache(maxsize=64)
+def live_shares(quantiles: tuple[float, ...], span: float) -> tuple[float, ...]:
+    """Each phase's live share when the batch's turn counts are ``quantiles`` and the batch spans ``span`` turns.
+
+    ``quantiles`` are turns per trajectory at evenly spaced levels 0, 1/m, …, 1; the share of trajectories with at
+    most k turns is read from them with linear interpolation (the inverse of the piecewise-linear quantile function)
+    at k + ½, so that a turn count logged as an integer counts whole. Turn index k (from 0) is live, over [k, k + 1),
+    for a trajectory of more than k turns. Phase j covers [j·span/6, (j+1)·span/6); its share is the live share
+    averaged over that stretch, so the phases' turns, span/6 × B × share each, add up to the batch's turns.
+    """
+    q = np.asarray(quantiles, dtype=float)
+    m = len(q) - 1
+    width = span / PHASES
+    ks = np.arange(math.ceil(span), dtype=float)
+    i = np.searchsorted(q, ks + 0.5, side="right") - 1  # the last level whose turns are ≤ k + ½
+    inner = np.clip(i, 0, m - 1)
+    gap = q[inner + 1] - q[inner]
+    within = np.divide(ks + 0.5 - q[inner], gap, out=np.zeros_like(ks), where=gap > 0)
+    at_most = np.where(i < 0, 0.0, np.where(i >= m, 1.0, (inner + np.clip(within, 0.0, 1.0)) / m))
+    live = 1.0 - at_most
+    out = []
+    for j in range(PHASES):
+        lo, hi = j * width, (j + 1) * width
+        overlap = np.clip(np.minimum(ks + 1.0, hi) - np.maximum(ks, lo), 0.0, None)
+        out.append(float(np.dot(overlap, live)) / width)
+    return tuple(out)
+
+
 class ModeObservation(Frozen):
     """What one mode's SGLang workers reported while a configuration of that mode served (fitted online).
 
@@ -333,6 +361,14 @@ class ServingParams(Frozen):
         description="With groups (group_size > 1) a turn whose own prefix missed still finds its group's first prompt "
         "cached, and the first-turn burst prefills a group's prompt once per worker it lands on (docs/makespan.md, "
         "'Group-shared prompts'); False: every trajectory's prompt is its own, as before",
+    )
+    live_share: Literal["linear", "turn_counts"] = Field(
+        default="linear",
+        exclude_if=lambda v: v == "linear",
+        description="Opt-in 'turn_counts': where the workload logs its turn counts (Workload.turn_quantiles), the "
+        "batch spans its longest trajectory's turns and each phase holds the trajectories still live at its turns; "
+        "'linear': S turns, the live share falling linearly with the mean (docs/makespan.md, 'The live share from "
+        "turn counts')",
     )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
@@ -553,6 +589,27 @@ class ImprovedMakespanModel:
             update={"unfinished": workload.batch_size, "bubble_ratio": 0.0, "min_prefill_tokens_per_s": 0.0}
         )
 
+    def _by_turn_counts(self, workload: Workload) -> bool:
+        """Whether the live share comes from the batch's turn counts (``live_share``, and the workload logs them)."""
+        return self.params.serving.live_share == "turn_counts" and bool(workload.turn_quantiles)
+
+    def _span(self, workload: Workload) -> float:
+        """The turns the batch's phases span and its critical path follows.
+
+        S, or with the live share from turn counts the longest trajectory's (the last of ``turn_quantiles``).
+        PEARL's additive terms, the environment time S·T_env and the colocated switch overhead S·T_over, keep the
+        workload's S.
+        """
+        return workload.turn_quantiles[-1] if self._by_turn_counts(workload) else workload.turns
+
+    def _later(self, workload: Workload) -> float:
+        """The share of the batch's turns that are not a trajectory's first: (S − 1)/S, or from the turn counts."""
+        s = self._span(workload)
+        if not self._by_turn_counts(workload):
+            return max(s - 1.0, 0.0) / s
+        mean_turns = sum(live_shares(workload.turn_quantiles, s)) * s / PHASES
+        return max(mean_turns - 1.0, 0.0) / mean_turns if mean_turns > 0 else 0.0
+
     def kv_pool_tokens(self, workload: Workload) -> float:
         """KV tokens one reference worker holds: the measured pool, else H_max / K; infinite in PEARL's limit.
 
@@ -685,17 +742,21 @@ class ImprovedMakespanModel:
         the live share falls linearly with the mean S̄/S (the slowest trajectory, on the critical path, is always
         live).
         """
-        s, b = workload.turns, workload.batch_size
+        s, b = self._span(workload), workload.batch_size
         step = workload.appended_tokens_per_turn + workload.generated_tokens_per_turn
         mean = self._context(workload)
         start = min(workload.prompt_tokens, mean)
         turns_mean = min(s, max(1.0, 2 * (mean - start) / step)) if step > 0 else s  # a trajectory takes ≥ 1 turn
         slope = 2 * (1 - turns_mean / s)
         top = workload.max_context_tokens or math.inf
+        shares = live_shares(workload.turn_quantiles, s) if self._by_turn_counts(workload) else None
         out = []
         for j in range(PHASES):
             u = (j + 0.5) / PHASES
-            live = 1 - slope * u if slope <= 1 else max(0.0, 1 - u * s / (2 * turns_mean))
+            if shares is not None:
+                live = shares[j]
+            else:
+                live = 1 - slope * u if slope <= 1 else max(0.0, 1 - u * s / (2 * turns_mean))
             prefix = max(start, start + max(0.0, u * s - 0.5) * step - workload.appended_tokens_per_turn)
             out.append(Phase(context=min(prefix, top), trajectories=max(1.0, b * live)))
         return out
@@ -915,7 +976,7 @@ class ImprovedMakespanModel:
             retractions = observed.retractions_per_turn
         elif limited and mode is Mode.COLOCATED and m - n / decode_workers * f <= 1e-9 * m:
             retractions = self._full_pool_retractions(workload, mode, c)
-        later = max(workload.turns - 1.0, 0.0) / workload.turns  # the turns after a trajectory's first
+        later = self._later(workload)  # the turns after a trajectory's first
         colocated, whole = mode is Mode.COLOCATED, mode is Mode.DISAGGREGATED and serving.pd_whole_context
         missed, prefill, transfer = _turn_tokens(
             workload, later, colocated, whole, c, held, hit, decode_hit, group, retractions
@@ -977,9 +1038,10 @@ class ImprovedMakespanModel:
         capacity = self._pools(workload, capacity).capacity
         mode = capacity.mode
         phases = self.phases(workload)
-        turns = sum(ph.trajectories for ph in phases) * workload.turns / PHASES
+        span = self._span(workload)
+        turns = sum(ph.trajectories for ph in phases) * span / PHASES
         later = max(turns - workload.batch_size, 0.0) / turns if turns > 0 else 0.0  # share of turns after the first
-        weight = workload.turns / PHASES * later
+        weight = span / PHASES * later
         cached = weight * sum(
             h * ph.trajectories * self._held(workload, mode, ph.context)
             + (1 - h) * ph.trajectories * st.group_hit_tokens
@@ -1213,7 +1275,7 @@ class ImprovedMakespanModel:
         ``pools``: the configuration by worker size (its decode role's pool and A); None: the reference worker's.
         """
         ref = self._pearl.reference
-        s, r = workload.turns, workload.generated_tokens_per_turn
+        s, r = self._span(workload), workload.generated_tokens_per_turn
         role = Role.COLOCATED if mode is Mode.COLOCATED else Role.DECODE
         m = pools.kv_tokens[role] if pools is not None else self.kv_pool_tokens(workload)
         a = pools.iteration_s[role] if pools is not None else self._iteration_s(ref.gpu_type, ref.tp)
@@ -1226,7 +1288,7 @@ class ImprovedMakespanModel:
 
     def _prefill_bound_s(self, workload: Workload, capacity: float, flows: list[_Flow], mode: Mode) -> float:
         """The prefill pool's work: every turn's prefill and the first prompts (PD: and the link's bytes)."""
-        s, b = workload.turns, workload.batch_size
+        s, b = self._span(workload), workload.batch_size
         phases = self.phases(workload)
         t_p = self._prefill_per_token_s(workload)
         turns = [s / PHASES * ph.trajectories for ph in phases]
@@ -1425,7 +1487,7 @@ class ImprovedMakespanModel:
         capacity = pools.capacity
         states = self._states(workload, capacity, corrected=True)
         phases = self.phases(workload)
-        s, b = workload.turns, workload.batch_size
+        s, b = self._span(workload), workload.batch_size
         env = workload.env_time_s
         colocated = capacity.mode is Mode.COLOCATED
         prefill_capacity = capacity.colocated if colocated else capacity.prefill
@@ -1447,7 +1509,7 @@ class ImprovedMakespanModel:
                 self._prefill_bound_s(workload, capacity.colocated, flows, Mode.COLOCATED)
                 - burst
                 + self._decode_bound_s(workload, capacity.colocated, Mode.COLOCATED, pools)
-                + s * self.params.pearl.switch_overhead_s
+                + workload.turns * self.params.pearl.switch_overhead_s
             )
             total = max(critical, throughput + env)
             return MakespanBreakdown(
@@ -1557,7 +1619,7 @@ class ImprovedMakespanModel:
     def _lanes_predict(self, workload: Workload, mode: Mode, lanes: _Lanes) -> np.ndarray:
         """:meth:`_predict` after the split, in lanes (every lane has capacity)."""
         phases = self.phases(workload)
-        s, b = workload.turns, workload.batch_size
+        s, b = self._span(workload), workload.batch_size
         env = workload.env_time_s
         colocated = mode is Mode.COLOCATED
         states = self._lanes_solve(workload, mode, lanes, phases)
@@ -1573,7 +1635,10 @@ class ImprovedMakespanModel:
         decode_bound = self._lanes_decode_bound_s(workload, lanes.cap_d, mode, lanes, phases)
         if colocated:
             throughput = (
-                prefill_bound - np.array(burst, dtype=float) + decode_bound + s * self.params.pearl.switch_overhead_s
+                prefill_bound
+                - np.array(burst, dtype=float)
+                + decode_bound
+                + workload.turns * self.params.pearl.switch_overhead_s
             )
             result: np.ndarray = np.maximum(critical, throughput + env)
             return result
@@ -1590,7 +1655,7 @@ class ImprovedMakespanModel:
         phases: list[Phase],
     ) -> np.ndarray:
         """:meth:`_prefill_bound_s` in lanes (t_p per token: no fitted prefill cost)."""
-        s, b = workload.turns, workload.batch_size
+        s, b = self._span(workload), workload.batch_size
         t_p = self._prefill_per_token_s(workload)
         turns = [s / PHASES * ph.trajectories for ph in phases]
         tokens = _lane_sums([t * f.prefill_tokens for t, f in zip(turns, flows, strict=True)])
@@ -1606,7 +1671,7 @@ class ImprovedMakespanModel:
         self, workload: Workload, capacity: np.ndarray, mode: Mode, lanes: _Lanes, phases: list[Phase]
     ) -> np.ndarray:
         """:meth:`_decode_bound_s` in lanes."""
-        s, r = workload.turns, workload.generated_tokens_per_turn
+        s, r = self._span(workload), workload.generated_tokens_per_turn
         total: np.ndarray | float = 0.0
         for ph in phases:
             b = ph.trajectories
@@ -1729,7 +1794,7 @@ class _LaneCycle:
         self.mixed = serving.mixed_step_factor if serving.enable_mixed_chunk else 1.0
         self.gamma, self.floor = model._correction(workload, mode)
         self.finite_m = np.isfinite(self.m)
-        self.later = max(workload.turns - 1.0, 0.0) / workload.turns
+        self.later = model._later(workload)
         self.overhead_s = model.params.pearl.switch_overhead_s if self.colocated else 0.0
         # Retractions (_flow): a measured rate, else the estimate where the pool is full (colocated), a constant of
         # the phase's context.

@@ -272,6 +272,29 @@ class Worker(Frozen):
         return self.role
 
 
+TURN_QUANTILE_LEVELS = 21
+"""Turn counts a batch's statistics keep (:func:`turn_quantiles`): every 5% from the shortest to the longest."""
+
+
+def turn_quantiles(turns: Sequence[float], levels: int = TURN_QUANTILE_LEVELS) -> tuple[float, ...]:
+    """Turns per trajectory at ``levels`` evenly spaced quantiles (0 … 1, linear interpolation).
+
+    What :attr:`Workload.turn_quantiles` holds, as numpy's default ``quantile`` computes it.
+    """
+    if levels < 2:
+        raise ValueError(f"levels must be at least 2, got {levels}")
+    if not turns:
+        raise ValueError("no trajectories to take turn quantiles of")
+    ordered = sorted(float(t) for t in turns)
+    out = []
+    for k in range(levels):
+        position = k * (len(ordered) - 1) / (levels - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        out.append(ordered[low] + (position - low) * (ordered[high] - ordered[low]))
+    return tuple(out)
+
+
 class Workload(Frozen):
     """The rollout batch being served (PEARL §4 notation in brackets)."""
 
@@ -293,6 +316,13 @@ class Workload(Frozen):
         default=0.0,
         description="Initial prompt tokens per trajectory still to prefill (the first-turn burst; PEARL omits it)",
     )
+    turn_quantiles: tuple[PosFloat, ...] = Field(
+        default=(),
+        exclude_if=lambda v: not v,
+        description="Turns per trajectory at evenly spaced quantiles of the batch, from its shortest to its longest "
+        "(e.g. 21 values: every 5%), as the orchestrator logs them; () when not logged. The improved predictor "
+        "can take its live share from them (docs/makespan.md, 'The live share from turn counts')",
+    )
 
     @model_validator(mode="after")
     def _unfinished_within_batch(self) -> Self:
@@ -300,6 +330,13 @@ class Workload(Frozen):
             raise ValueError(f"unfinished ({self.unfinished}) exceeds batch_size ({self.batch_size})")
         if self.max_context_tokens and self.max_context_tokens < self.mean_context_tokens:
             raise ValueError("max_context_tokens is below mean_context_tokens")
+        q = self.turn_quantiles
+        if len(q) == 1:
+            raise ValueError(
+                "turn_quantiles needs at least two values: the shortest and the longest trajectory's turns"
+            )
+        if any(b < a for a, b in itertools.pairwise(q)):
+            raise ValueError(f"turn_quantiles must not decrease (got {list(q)})")
         return self
 
     @property

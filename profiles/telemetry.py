@@ -36,7 +36,7 @@ from scipy.optimize import nnls
 
 from pearl_sched.errors import TelemetryRejected
 from pearl_sched.makespan_improved import DecodeCost, ModeObservation, PrefillCost, ServingParams
-from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Workload
+from pearl_sched.state import Frozen, Mode, NonNegFloat, PosFloat, Workload, turn_quantiles
 
 TELEMETRY_COLUMNS = (
     "step",
@@ -60,6 +60,9 @@ class TrajectoryStats(Frozen):
     env_time_per_turn_s: NonNegFloat
     env_time_std_s: NonNegFloat
     bubble_ratio: NonNegFloat = Field(default=0.0, description="θ = (1 − f)/f")
+    turn_quantiles: tuple[PosFloat, ...] = Field(
+        default=(), description="Turns per trajectory every 5% (Workload.turn_quantiles); () when not known"
+    )
     steps: int = Field(default=1, ge=1, description="Steps folded into this estimate")
 
     def workload(self, *, batch_size: int, unfinished: int, kv_bytes_per_token: float) -> Workload:
@@ -76,6 +79,7 @@ class TrajectoryStats(Frozen):
             mean_context_tokens=self.retained_tokens / 2,
             max_context_tokens=self.retained_tokens,
             kv_bytes_per_token=kv_bytes_per_token,
+            turn_quantiles=self.turn_quantiles,
         )
 
 
@@ -136,6 +140,7 @@ def step_statistics(table: Mapping[str, ArrayLike], *, decoding_fraction: float 
         env_time_per_turn_s=float(np.mean(cols["env_time_s"])),
         env_time_std_s=float(np.std(cols["env_time_s"])),
         bubble_ratio=theta,
+        turn_quantiles=turn_quantiles(turns.tolist()),
     )
 
 
@@ -159,11 +164,17 @@ def refit(
         return RefitResult(current, accepted=False, reason=exc.reason)
     if current is None:
         return RefitResult(observed, accepted=True)
-    blended = {
+    blended: dict[str, object] = {
         name: (1 - alpha) * getattr(current, name) + alpha * getattr(observed, name)
         for name in TrajectoryStats.model_fields
-        if name != "steps"
+        if name not in ("steps", "turn_quantiles")
     }
+    # Quantiles blend level by level (the quantiles of the mixture's average shape); a step that logged another
+    # number of them replaces them.
+    old, new = current.turn_quantiles, observed.turn_quantiles
+    blended["turn_quantiles"] = (
+        tuple((1 - alpha) * a + alpha * b for a, b in zip(old, new, strict=True)) if len(old) == len(new) else new
+    )
     return RefitResult(TrajectoryStats(**blended, steps=current.steps + 1), accepted=True)
 
 

@@ -61,6 +61,7 @@ def servings(draw: st.DrawFn) -> ServingParams:
         group_size=draw(st.sampled_from([1, 4, 16])),
         shared_prompt_hits=draw(st.booleans()) or draw(st.booleans()),
         kv_transfer_bytes_per_s=draw(st.sampled_from([None, 5e9])),
+        live_share=draw(st.sampled_from(["linear", "turn_counts"])),
     )
     if draw(st.booleans()):
         fields["decode_costs"] = (
@@ -96,6 +97,9 @@ def workloads(draw: st.DrawFn) -> Workload:
             "mean_context_tokens": mean,
             "max_context_tokens": draw(st.sampled_from([0.0, mean * 2])),
             "prompt_tokens": draw(st.floats(1.0, 2000.0)),  # none: predict divides by 0 (one turn)
+            "turn_quantiles": tuple(sorted(draw(st.lists(st.floats(1.0, 80.0), min_size=2, max_size=21))))
+            if draw(st.booleans())
+            else (),
         }
     )
 

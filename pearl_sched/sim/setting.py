@@ -229,8 +229,8 @@ class Setting:
     def workload(self, unfinished: int | None = None, bubble_ratio: float = 0.0) -> Workload:
         """The planners' prior workload: the batch statistics of :attr:`stats` and the scenario's environment time.
 
-        Turns per trajectory are the p90; per-turn tokens, the prompt and the mean context are means; the max
-        context is the batch's largest.
+        Turns per trajectory are the p90, and every 5% in ``turn_quantiles``; per-turn tokens, the prompt and the
+        mean context are means; the max context is the batch's largest.
 
         Args:
             unfinished: Trajectories still running; ``None``: the whole batch.
@@ -251,6 +251,7 @@ class Setting:
             max_context_tokens=st.max_context_tokens,
             kv_bytes_per_token=self.kv_bytes_per_token,
             prompt_tokens=st.prompt_tokens,
+            turn_quantiles=st.turn_quantiles,
         )
 
     # -- predictors -----------------------------------------------------------------------------------------

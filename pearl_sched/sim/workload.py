@@ -26,6 +26,7 @@ import numpy as np
 
 from pearl_sched.errors import PearlSchedError
 from pearl_sched.sim.rollout import TrajectorySpec, Turn, environment_times
+from pearl_sched.state import turn_quantiles
 
 SOURCES = ("tau-bench", "tau-bench+mooncake-outputs")
 
@@ -179,6 +180,7 @@ class BatchStats:
     mean_context_tokens: float
     max_context_tokens: float
     final_tokens: int  # Σ final context lengths: the tokens a training step processes
+    turn_quantiles: tuple[float, ...] = ()  # turns per trajectory every 5% (state.turn_quantiles)
 
 
 def batch_stats(batch: list[TrajectorySpec]) -> BatchStats:
@@ -197,4 +199,5 @@ def batch_stats(batch: list[TrajectorySpec]) -> BatchStats:
         mean_context_tokens=statistics.fmean(finals) / 2 + prompt / 2,
         max_context_tokens=float(max(finals)),
         final_tokens=int(sum(finals)),
+        turn_quantiles=turn_quantiles(turns),
     )
