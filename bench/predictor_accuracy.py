@@ -52,7 +52,8 @@ predicts it (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``)
 and no training GPUs to lend, no transition costs, as bench/reproduce.py's ratio selection does) with each predictor,
 before any telemetry (``prior``: the setting's fit and launch settings) and after the colocated run's (``refit``)::
 
-    decide scenario=<s> gpus=<g> model=<pearl|improved> fit=<prior|refit> chosen=<label> best=<label> gap_pct=<x>
+    decide scenario=<s> gpus=<g> model=<pearl|improved|improved-turns> fit=<prior|refit> chosen=<label>
+        best=<label> gap_pct=<x>
 
 **Measured serving runs** (``--silicon-rows``, 0 to skip): the aggregated SGLang rows of aiconfigurator-core's
 ``silicon_sample.csv`` that bench/validate.py replays (its loaders, reused as they are). A closed-loop run at
@@ -63,15 +64,14 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
 
     predict_measured dataset=<silicon-sglang|silicon-sglang-kvbound> model=<name> rows=<n> mape_pct=<x>
 
-With ``--live-share turn-counts`` the improved predictors take each phase's live trajectories from the batch's turn
-counts (``Workload.turn_quantiles``, every 5%; ``ServingParams.live_share``): the batch spans its longest
-trajectory's turns instead of the p90's, the live share falling as the trajectories finish rather than linearly
-(docs/makespan.md, "The live share from turn counts"); ``linear`` (the default) is the predictor as plan() runs it.
+``improved-turns`` is ``improved`` with the live share from the batch's turn counts (``Workload.turn_quantiles``,
+every 5%; ``ServingParams.live_share="turn_counts"``, opt-in): the batch spans its longest trajectory's turns
+instead of the p90's, each phase holding the trajectories still live there rather than a linearly falling share
+(docs/makespan.md, "The live share from turn counts"). Its ``decide`` lines are plan() with it after the refit.
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
                                          [--prefill-cost one-term|two-term] [--prefill-batch-cost on|off]
                                          [--shared-prompts on|off] [--decode-cost kv|pearl]
-                                         [--live-share linear|turn-counts]
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ KV_DECODE = True
 """``--decode-cost``: whether the improved predictors get the decode cost on KV tokens fitted from the run."""
 OPT_IN: dict[str, object] = {}
 """``--shared-prompts``: the improved predictors' opt-in serving flags this run turns on."""
-MODELS = ("pearl", "improved-prior", "improved", "improved-own")
+MODELS = ("pearl", "improved-prior", "improved", "improved-own", "improved-turns")
 
 
 def scenario_named(name: str) -> Scenario:
@@ -252,6 +252,7 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
             flush=True,
         )
         corrected = improved(params, serving_from(setting, ran))
+        counted = improved(params, serving_from(setting, ran).model_copy(update={"live_share": "turn_counts"}))
         truth = [r.result.makespan_s for r in runs]
         predictions: dict[str, list[float]] = {m: [] for m in MODELS}
         for run in runs:
@@ -262,6 +263,7 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 "improved-prior": prior.predict(workload, c).total_s,
                 "improved": corrected.predict(workload, c).total_s,
                 "improved-own": own.predict(workload, c).total_s,
+                "improved-turns": counted.predict(workload, c).total_s,
             }
             for model, value in values.items():
                 predictions[model].append(value)
@@ -318,6 +320,10 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
         ),
         ("pearl", "refit"): (PearlMakespanModel(params), theta),
         ("improved", "refit"): (improved(params, serving_from(setting, ran)), state.workload),
+        ("improved-turns", "refit"): (
+            improved(params, serving_from(setting, ran).model_copy(update={"live_share": "turn_counts"})),
+            state.workload,
+        ),
     }
     for (model, fit), (predictor, workload) in models.items():
         plan, _ = plan_resident(state.model_copy(update={"workload": workload}), predictor, costs=FREE)
@@ -412,14 +418,12 @@ def main() -> None:
     parser.add_argument("--prefill-batch-cost", choices=("on", "off"), default="off")
     parser.add_argument("--shared-prompts", choices=("on", "off"), default="on")
     parser.add_argument("--decode-cost", choices=("kv", "pearl"), default="kv")
-    parser.add_argument("--live-share", choices=("linear", "turn-counts"), default="linear")
     args = parser.parse_args()
     global TWO_TERM, KV_DECODE
     TWO_TERM = args.prefill_cost == "two-term"
     KV_DECODE = args.decode_cost == "kv"
     OPT_IN["shared_prompt_hits"] = args.shared_prompts == "on"
     OPT_IN["prefill_batch_cost"] = args.prefill_batch_cost == "on"
-    OPT_IN["live_share"] = args.live_share.replace("-", "_")
     logging.basicConfig(level=logging.WARNING)
     gpu_counts = [int(g) for g in args.gpus.split(",")]
     overall: dict[str, list[float]] = {m: [] for m in MODELS}
