@@ -740,7 +740,8 @@ class ImprovedMakespanModel:
         phase's midpoint): its context is that turn's prefix (never below P₀). Trajectories finish along the way:
         the mean trajectory takes S̄ = 2·(c̄ − P₀)/(ΔL + r) turns (c̄ the mean context over a trajectory's life), and
         the live share falls linearly with the mean S̄/S (the slowest trajectory, on the critical path, is always
-        live).
+        live). With ``live_share="turn_counts"`` and the workload's ``turn_quantiles`` the phases span the longest
+        trajectory's turns instead, and each holds the share :func:`live_shares` reads from the counts.
         """
         s, b = self._span(workload), workload.batch_size
         step = workload.appended_tokens_per_turn + workload.generated_tokens_per_turn
