@@ -5,7 +5,8 @@ request that completes (the trajectory, its turn index, the prompt and the cache
 retracted request's re-prefill), and the improved predictor (fitted from the colocated run's telemetry, exactly
 as ``bench/predictor_accuracy.py``'s ``improved`` column) is asked for its per-phase accounting. Turns are bucketed
 into the model's phases by turn index (phase j holds turns [j·S/6, (j+1)·S/6) of the predictor's S, the p90
-turns; turns at or beyond S go to a last ``beyond`` row). Per phase, simulated and predicted::
+turns or with ``--live-share turn-counts`` the longest trajectory's; turns at or beyond S go to a last ``beyond``
+row). Per phase, simulated and predicted::
 
     trace scenario=<s> config=<c> phase=<j> sim_turns=<n> model_turns=<n> sim_prompt_per_turn=<x>
         model_prompt_per_turn=<x> sim_prefill_per_turn=<x> model_prefill_per_turn=<x> sim_hit=<x> model_hit=<x>
@@ -19,7 +20,11 @@ and the totals (``first`` is the first-turn burst: the first prompts)::
 With ``--timeline`` the simulated prefill side's busy share and the live trajectories are also printed per tenth of
 the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queued=<n>``).
 
+``--live-share turn-counts`` traces the improved predictor with its live share from the batch's turn counts
+(``ServingParams.live_share``): the phases then span the longest trajectory's turns, and so do the buckets.
+
 Usage: python bench/predictor_trace.py [--scenario e2e] [--gpus 8] [--configs 1P3D,4C] [--timeline]
+                                      [--live-share linear|turn-counts]
 """
 
 from __future__ import annotations
@@ -120,13 +125,14 @@ def capacity_of(label: str) -> PoolCapacity:
     return PoolCapacity(mode=Mode.DISAGGREGATED, prefill=int(p), decode=int(d))
 
 
-def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool) -> None:
+def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool, live_share: str = "linear") -> None:
     """Print the per-phase accounting of one configuration, simulated and predicted."""
     capacity = capacity_of(label)
-    model = improved(fitted_params(setting, ran), serving_from(setting, ran))
+    serving = serving_from(setting, ran).model_copy(update={"live_share": live_share})
+    model = improved(fitted_params(setting, ran), serving)
     assert isinstance(model, ImprovedMakespanModel)
     workload = setting.workload()
-    s, dl = workload.turns, workload.appended_tokens_per_turn
+    s, dl = model._span(workload), workload.appended_tokens_per_turn
     sim, makespan = traced(setting, capacity)
     if timeline:
         sim, makespan = traced(setting, capacity, timeline_s=makespan / 20)
@@ -140,7 +146,7 @@ def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool) -> 
     mode = capacity.mode
     workers = capacity.colocated if mode is Mode.COLOCATED else capacity.prefill
     per_phase = s / PHASES
-    later = max(s - 1.0, 0.0) / s
+    later = model._later(workload)
     rows: dict[str, list[Request]] = {str(j): [] for j in range(PHASES)}
     rows["beyond"] = []
     for req in sim.requests:
@@ -214,12 +220,13 @@ def main() -> None:
     parser.add_argument("--configs", default="1P3D,4C")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--live-share", choices=("linear", "turn-counts"), default="linear")
     args = parser.parse_args()
     setting = setting_for(scenario_named(args.scenario), args.data)
     n = args.gpus // setting.scenario.tp
     ran = simulate(setting, PoolCapacity(mode=Mode.COLOCATED, colocated=n))
     for label in args.configs.split(","):
-        trace(args.scenario, setting, ran, label, args.timeline)
+        trace(args.scenario, setting, ran, label, args.timeline, args.live_share.replace("-", "_"))
 
 
 if __name__ == "__main__":
