@@ -251,8 +251,9 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
             ),
             flush=True,
         )
-        corrected = improved(params, serving_from(setting, ran))
-        counted = improved(params, serving_from(setting, ran).model_copy(update={"live_share": "turn_counts"}))
+        serving = serving_from(setting, ran)
+        corrected = improved(params, serving)
+        counted = improved(params, serving.model_copy(update={"live_share": "turn_counts"}))
         truth = [r.result.makespan_s for r in runs]
         predictions: dict[str, list[float]] = {m: [] for m in MODELS}
         for run in runs:
@@ -312,6 +313,7 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
     cluster.trainer_idle_at = float("inf")  # no training GPUs to lend: the pool is the interval's
     state = cluster.observe()
     theta = state.workload.model_copy(update={"bubble_ratio": ran.result.bubble_ratio})
+    serving = serving_from(setting, ran)
     models: dict[tuple[str, str], tuple[MakespanModel, Workload]] = {
         ("pearl", "prior"): (setting.predictor("pearl"), state.workload),
         ("improved", "prior"): (
@@ -319,9 +321,9 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
             state.workload,
         ),
         ("pearl", "refit"): (PearlMakespanModel(params), theta),
-        ("improved", "refit"): (improved(params, serving_from(setting, ran)), state.workload),
+        ("improved", "refit"): (improved(params, serving), state.workload),
         ("improved-turns", "refit"): (
-            improved(params, serving_from(setting, ran).model_copy(update={"live_share": "turn_counts"})),
+            improved(params, serving.model_copy(update={"live_share": "turn_counts"})),
             state.workload,
         ),
     }
