@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
+import numpy as np
+from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Self
 
@@ -276,23 +278,17 @@ TURN_QUANTILE_LEVELS = 21
 """Turn counts a batch's statistics keep (:func:`turn_quantiles`): every 5% from the shortest to the longest."""
 
 
-def turn_quantiles(turns: Sequence[float], levels: int = TURN_QUANTILE_LEVELS) -> tuple[float, ...]:
+def turn_quantiles(turns: ArrayLike, levels: int = TURN_QUANTILE_LEVELS) -> tuple[float, ...]:
     """Turns per trajectory at ``levels`` evenly spaced quantiles (0 … 1, linear interpolation).
 
-    What :attr:`Workload.turn_quantiles` holds, as numpy's default ``quantile`` computes it.
+    What :attr:`Workload.turn_quantiles` holds (numpy's default ``quantile``).
     """
     if levels < 2:
         raise ValueError(f"levels must be at least 2, got {levels}")
-    if not turns:
+    counts = np.asarray(turns, dtype=float)
+    if not counts.size:
         raise ValueError("no trajectories to take turn quantiles of")
-    ordered = sorted(float(t) for t in turns)
-    out = []
-    for k in range(levels):
-        position = k * (len(ordered) - 1) / (levels - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        out.append(ordered[low] + (position - low) * (ordered[high] - ordered[low]))
-    return tuple(out)
+    return tuple(float(q) for q in np.quantile(counts, np.linspace(0.0, 1.0, levels)))
 
 
 class Workload(Frozen):

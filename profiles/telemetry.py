@@ -140,7 +140,7 @@ def step_statistics(table: Mapping[str, ArrayLike], *, decoding_fraction: float 
         env_time_per_turn_s=float(np.mean(cols["env_time_s"])),
         env_time_std_s=float(np.std(cols["env_time_s"])),
         bubble_ratio=theta,
-        turn_quantiles=turn_quantiles(turns.tolist()),
+        turn_quantiles=turn_quantiles(turns),
     )
 
 
