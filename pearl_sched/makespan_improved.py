@@ -604,9 +604,9 @@ class ImprovedMakespanModel:
 
     def _later(self, workload: Workload) -> float:
         """The share of the batch's turns that are not a trajectory's first: (S − 1)/S, or from the turn counts."""
-        s = self._span(workload)
         if not self._by_turn_counts(workload):
-            return max(s - 1.0, 0.0) / s
+            return max(workload.turns - 1.0, 0.0) / workload.turns
+        s = workload.turn_quantiles[-1]
         mean_turns = sum(live_shares(workload.turn_quantiles, s)) * s / PHASES
         return max(mean_turns - 1.0, 0.0) / mean_turns if mean_turns > 0 else 0.0
 
