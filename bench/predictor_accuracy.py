@@ -52,7 +52,7 @@ predicts it (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``)
 and no training GPUs to lend, no transition costs, as bench/reproduce.py's ratio selection does) with each predictor,
 before any telemetry (``prior``: the setting's fit and launch settings) and after the colocated run's (``refit``)::
 
-    decide scenario=<s> gpus=<g> model=<pearl|improved|improved-turns> fit=<prior|refit> chosen=<label>
+    decide scenario=<s> gpus=<g> model=<pearl|improved|improved-turns|...> fit=<prior|refit> chosen=<label>
         best=<label> gap_pct=<x>
 
 **Measured serving runs** (``--silicon-rows``, 0 to skip): the aggregated SGLang rows of aiconfigurator-core's
@@ -68,6 +68,9 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
 every 5%; ``ServingParams.live_share="turn_counts"``, opt-in): the batch spans its longest trajectory's turns
 instead of the p90's, each phase holding the trajectories still live there rather than a linearly falling share
 (docs/makespan.md, "The live share from turn counts"). Its ``decide`` lines are plan() with it after the refit.
+``improved-queue`` and ``improved-turns-queue`` are ``improved`` and ``improved-turns`` with the PD prefill pool's
+queue in the trajectory's cycle (``ServingParams.pd_prefill_queue``, opt-in; docs/makespan.md, "The PD prefill queue
+in the cycle"), with their own ``decide`` lines after the refit.
 
 Usage: python bench/predictor_accuracy.py [--scenarios e2e,...] [--gpus 8,16] [--silicon-rows 400]
                                          [--prefill-cost one-term|two-term] [--prefill-batch-cost on|off]
@@ -115,7 +118,19 @@ KV_DECODE = True
 """``--decode-cost``: whether the improved predictors get the decode cost on KV tokens fitted from the run."""
 OPT_IN: dict[str, object] = {}
 """``--shared-prompts``: the improved predictors' opt-in serving flags this run turns on."""
-MODELS = ("pearl", "improved-prior", "improved", "improved-own", "improved-turns")
+MODELS = (
+    "pearl",
+    "improved-prior",
+    "improved",
+    "improved-own",
+    "improved-turns",
+    "improved-queue",
+    "improved-turns-queue",
+)
+TURNS: dict[str, object] = {"live_share": "turn_counts"}
+"""``improved-turns``: the live share from the batch's turn counts."""
+QUEUE: dict[str, object] = {"pd_prefill_queue": True}
+"""``improved-queue``: the PD prefill pool's queue in the cycle."""
 
 
 def scenario_named(name: str) -> Scenario:
@@ -253,7 +268,9 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
         )
         serving = serving_from(setting, ran)
         corrected = improved(params, serving)
-        counted = improved(params, serving.model_copy(update={"live_share": "turn_counts"}))
+        counted = improved(params, serving.model_copy(update=TURNS))
+        queued = improved(params, serving.model_copy(update=QUEUE))
+        counted_queued = improved(params, serving.model_copy(update={**TURNS, **QUEUE}))
         truth = [r.result.makespan_s for r in runs]
         predictions: dict[str, list[float]] = {m: [] for m in MODELS}
         for run in runs:
@@ -265,6 +282,8 @@ def scenario_accuracy(name: str, gpu_counts: list[int], data: Path) -> dict[str,
                 "improved": corrected.predict(workload, c).total_s,
                 "improved-own": own.predict(workload, c).total_s,
                 "improved-turns": counted.predict(workload, c).total_s,
+                "improved-queue": queued.predict(workload, c).total_s,
+                "improved-turns-queue": counted_queued.predict(workload, c).total_s,
             }
             for model, value in values.items():
                 predictions[model].append(value)
@@ -322,8 +341,10 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
         ),
         ("pearl", "refit"): (PearlMakespanModel(params), theta),
         ("improved", "refit"): (improved(params, serving), state.workload),
-        ("improved-turns", "refit"): (
-            improved(params, serving.model_copy(update={"live_share": "turn_counts"})),
+        ("improved-turns", "refit"): (improved(params, serving.model_copy(update=TURNS)), state.workload),
+        ("improved-queue", "refit"): (improved(params, serving.model_copy(update=QUEUE)), state.workload),
+        ("improved-turns-queue", "refit"): (
+            improved(params, serving.model_copy(update={**TURNS, **QUEUE})),
             state.workload,
         ),
     }

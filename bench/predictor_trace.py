@@ -20,11 +20,15 @@ and the totals (``first`` is the first-turn burst: the first prompts)::
 With ``--timeline`` the simulated prefill side's busy share and the live trajectories are also printed per tenth of
 the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queued=<n>``).
 
+``--pd-prefill-queue on`` traces it with the PD prefill pool's queue in the cycle
+(``ServingParams.pd_prefill_queue``). Each phase's line also carries the model's decoding share (n/b) and the
+total line the model's batch makespan (``model_s``).
+
 ``--live-share turn-counts`` traces the improved predictor with its live share from the batch's turn counts
 (``ServingParams.live_share``): the phases then span the longest trajectory's turns, and so do the buckets.
 
 Usage: python bench/predictor_trace.py [--scenario e2e] [--gpus 8] [--configs 1P3D,4C] [--timeline]
-                                      [--live-share linear|turn-counts]
+                                      [--live-share linear|turn-counts] [--pd-prefill-queue on|off]
 """
 
 from __future__ import annotations
@@ -125,10 +129,19 @@ def capacity_of(label: str) -> PoolCapacity:
     return PoolCapacity(mode=Mode.DISAGGREGATED, prefill=int(p), decode=int(d))
 
 
-def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool, live_share: str = "linear") -> None:
+def trace(
+    name: str,
+    setting: Setting,
+    ran: Run,
+    label: str,
+    timeline: bool,
+    live_share: str = "linear",
+    pd_prefill_queue: bool = False,
+) -> None:
     """Print the per-phase accounting of one configuration, simulated and predicted."""
     capacity = capacity_of(label)
-    serving = serving_from(setting, ran).model_copy(update={"live_share": live_share})
+    update = {"live_share": live_share, "pd_prefill_queue": pd_prefill_queue}
+    serving = serving_from(setting, ran).model_copy(update=update)
     model = improved(fitted_params(setting, ran), serving)
     assert isinstance(model, ImprovedMakespanModel)
     workload = setting.workload()
@@ -174,7 +187,7 @@ def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool, liv
             f" sim_prompt_per_turn={sim_prompt:.0f} model_prompt_per_turn={model_prompt:.0f}"
             f" sim_prefill_per_turn={sim_prefill:.0f} model_prefill_per_turn={model_prefill:.0f}"
             f" sim_hit={sim_hit:.3f} model_hit={model_hit:.3f} model_prefill_hit={st.prefill_hit:.3f}"
-            f" model_group_tokens={st.group_hit_tokens:.0f}"
+            f" model_group_tokens={st.group_hit_tokens:.0f} model_decoding_share={st.decoding / ph.trajectories:.3f}"
             f" sim_prefill_M={sum(r.prompt - r.cached for r in reqs) / 1e6:.2f}"
             f" model_prefill_M={turns * fl.prefill_tokens / 1e6:.2f}",
             flush=True,
@@ -192,7 +205,8 @@ def trace(name: str, setting: Setting, ran: Run, label: str, timeline: bool, liv
     model_first = model._burst_tokens(workload, workers)
     mean_turns = sum(len(t.spec.turns) for t in sim.trajectories) / len(sim.trajectories)
     print(
-        f"trace_total scenario={name} config={label} sim_s={makespan:.0f} sim_turns={len(later_reqs)}"
+        f"trace_total scenario={name} config={label} sim_s={makespan:.0f}"
+        f" model_s={model.predict(workload, capacity).total_s:.0f} sim_turns={len(later_reqs)}"
         f" model_turns={sum(per_phase * ph.trajectories for ph in phases) * later:.0f}"
         f" sim_prompt_M={sum(r.prompt for r in later_reqs) / 1e6:.1f} model_prompt_M={total_model_prompt / 1e6:.1f}"
         f" sim_prefill_M={sum(r.prompt - r.cached for r in later_reqs) / 1e6:.1f}"
@@ -221,12 +235,14 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--timeline", action="store_true")
     parser.add_argument("--live-share", choices=("linear", "turn-counts"), default="linear")
+    parser.add_argument("--pd-prefill-queue", choices=("on", "off"), default="off")
     args = parser.parse_args()
     setting = setting_for(scenario_named(args.scenario), args.data)
     n = args.gpus // setting.scenario.tp
     ran = simulate(setting, PoolCapacity(mode=Mode.COLOCATED, colocated=n))
     for label in args.configs.split(","):
-        trace(args.scenario, setting, ran, label, args.timeline, args.live_share.replace("-", "_"))
+        live_share = args.live_share.replace("-", "_")
+        trace(args.scenario, setting, ran, label, args.timeline, live_share, args.pd_prefill_queue == "on")
 
 
 if __name__ == "__main__":

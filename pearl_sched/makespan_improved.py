@@ -370,6 +370,14 @@ class ServingParams(Frozen):
         "'linear': S turns, the live share falling linearly with the mean (docs/makespan.md, 'The live share from "
         "turn counts')",
     )
+    pd_prefill_queue: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        description="Opt-in: in PD mode a trajectory's cycle is at least the prefill pool's work per cycle (every live "
+        "trajectory's turn through the pool's first-come first-served queue), so where the pool binds the "
+        "trajectories queue there rather than decode, and the prefill side's LRU sees that regular cycle "
+        "(docs/makespan.md, 'The PD prefill queue in the cycle'); False: the cycle without that queue",
+    )
     colocated: ModeObservation | None = None
     disaggregated: ModeObservation | None = None
 
@@ -1217,13 +1225,16 @@ class ImprovedMakespanModel:
                 transfer = 0.0
             else:
                 cycle, iteration, transfer = 0.0, plain, 0.0
+                # The prefill pool's work per cycle: each live trajectory's turn, first come first served. Where it
+                # exceeds the rest of the cycle the trajectories wait in that queue (docs/makespan.md).
+                backlog = b_total * turn_s / prefill_capacity if serving.pd_prefill_queue else 0.0
                 for _ in range(50):  # inner fixed point in C (the link's share depends on it); contracts quickly
                     transfer = 0.0
                     if kv > 0:
                         size = flow.transfer_tokens * kv
                         link_share = min(0.95, b_total * size / (cycle * bandwidth)) if cycle else 0.0
                         transfer = size / (bandwidth * (1 - link_share))
-                    new_cycle = r * iteration + transfer + env + own_prefill
+                    new_cycle = max(r * iteration + transfer + env + own_prefill, backlog)
                     if abs(new_cycle - cycle) <= 1e-12 * new_cycle:
                         cycle = new_cycle
                         break
@@ -1909,13 +1920,14 @@ class _LaneCycle:
         else:
             cycle, iteration = np.zeros(n.shape), plain
             active = np.ones(n.shape, dtype=bool)
+            backlog = b_total * turn_s / self.cap_p if self.serving.pd_prefill_queue else 0.0
             for _ in range(50):  # _solve's inner fixed point; a lane stops where the scalar loop breaks
                 transfer: np.ndarray | float = 0.0
                 if self.kv > 0:
                     size = flow.transfer_tokens * self.kv
                     link_share = np.where(cycle != 0, np.minimum(0.95, b_total * size / (cycle * self.bandwidth)), 0.0)
                     transfer = size / (self.bandwidth * (1 - link_share))
-                new_cycle = r * iteration + transfer + self.env + own_prefill
+                new_cycle = np.maximum(r * iteration + transfer + self.env + own_prefill, backlog)
                 done = np.abs(new_cycle - cycle) <= 1e-12 * new_cycle
                 cycle = np.where(active, new_cycle, cycle)
                 active = active & ~done

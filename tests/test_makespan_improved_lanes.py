@@ -62,6 +62,7 @@ def servings(draw: st.DrawFn) -> ServingParams:
         shared_prompt_hits=draw(st.booleans()) or draw(st.booleans()),
         kv_transfer_bytes_per_s=draw(st.sampled_from([None, 5e9])),
         live_share=draw(st.sampled_from(["linear", "turn_counts"])),
+        pd_prefill_queue=draw(st.booleans()),
     )
     if draw(st.booleans()):
         fields["decode_costs"] = (
