@@ -1202,8 +1202,11 @@ class ImprovedMakespanModel:
         fixed_iteration_s = pools.iteration_s[decode_role]
         per_seq_s = self._per_seq_s(workload, phase.context)
 
-        def core(n: float) -> tuple[float, float, float, float, _Flow]:
-            """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding."""
+        def core(n: float, queue: bool = False) -> tuple[float, float, float, float, _Flow]:
+            """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding.
+
+            ``queue`` (PD): C is at least the prefill pool's work per cycle (``ServingParams.pd_prefill_queue``).
+            """
             flow = self._flow(workload, capacity, n, phase, corrected=corrected, pools=pools)
             x = flow.prefill_tokens
             # Own prefill: x tokens at the pool's per-worker speed; PEARL's per-turn switch overhead counts here.
@@ -1227,7 +1230,7 @@ class ImprovedMakespanModel:
                 cycle, iteration, transfer = 0.0, plain, 0.0
                 # The prefill pool's work per cycle: each live trajectory's turn, first come first served. Where it
                 # exceeds the rest of the cycle the trajectories wait in that queue (docs/makespan.md).
-                backlog = b_total * turn_s / prefill_capacity if serving.pd_prefill_queue else 0.0
+                backlog = b_total * turn_s / prefill_capacity if queue else 0.0
                 for _ in range(50):  # inner fixed point in C (the link's share depends on it); contracts quickly
                     transfer = 0.0
                     if kv > 0:
@@ -1248,8 +1251,8 @@ class ImprovedMakespanModel:
                     iteration = plain * cycle / (cycle - stolen) if cycle > stolen else plain
             return iteration, cycle, transfer, own_prefill, flow
 
-        def state(n: float) -> CycleState:
-            iteration, cycle, transfer, own_prefill, flow = core(n)
+        def state(n: float, queue: bool = False) -> CycleState:
+            iteration, cycle, transfer, own_prefill, flow = core(n, queue)
             return CycleState(
                 decoding=n,
                 iteration_s=iteration,
@@ -1266,19 +1269,28 @@ class ImprovedMakespanModel:
                 retractions_per_turn=flow.retractions,
             )
 
+        def bisect(hi: float, queue: bool = False) -> float:
+            lo = 1e-9
+            for _ in range(_BISECTION_STEPS):  # g(n) = B·d(n)/C(n) − n changes sign over (0, hi]
+                mid = (lo + hi) / 2
+                iteration_s, cycle_s, *_ = core(mid, queue)
+                if b_total * r * iteration_s / cycle_s > mid:
+                    lo = mid
+                else:
+                    hi = mid
+            return (lo + hi) / 2
+
+        top = None
         if n_max < b_total:
             top = state(n_max)
-            if b_total * r * top.iteration_s / top.cycle_s >= n_max * (1 - 1e-12):
-                return top  # the KV pool caps n: the rest of the batch queues for admission
-        lo, hi = 1e-9, n_max
-        for _ in range(_BISECTION_STEPS):  # g(n) = B·d(n)/C(n) − n changes sign once over (0, n_max]
-            mid = (lo + hi) / 2
-            iteration_s, cycle_s, *_ = core(mid)
-            if b_total * r * iteration_s / cycle_s > mid:
-                lo = mid
-            else:
-                hi = mid
-        return state((lo + hi) / 2)
+            if b_total * r * top.iteration_s / top.cycle_s < n_max * (1 - 1e-12):
+                top = None  # else the KV pool caps n: the rest of the batch queues for admission
+        found = top if top is not None else state(bisect(n_max))
+        if serving.pd_prefill_queue and not colocated and b_total * found.prefill_s / prefill_capacity > found.cycle_s:
+            # The prefill pool cannot keep up with this cycle: the fixed point with its queue, below this n (where
+            # the queue makes g negative). The cycle without the queue is kept wherever it is consistent.
+            return state(bisect(found.decoding, queue=True), queue=True)
+        return found
 
     # -- throughput bounds ------------------------------------------------------------------------------------------
     def _decode_bound_s(self, workload: Workload, capacity: float, mode: Mode, pools: _Pools | None = None) -> float:
@@ -1713,13 +1725,25 @@ class ImprovedMakespanModel:
         n_max = np.minimum(b_total, cycle.cap_d * cycle.m / cycle.footprint)
         top = cycle.core(n_max)
         capped = (n_max < b_total) & (b_total * r * top.iteration_s / top.cycle_s >= n_max * (1 - 1e-12))
-        lo, hi = np.full(n_max.shape, 1e-9), n_max
-        for _ in range(_BISECTION_STEPS):
-            mid = (lo + hi) / 2
-            core = cycle.core(mid)
-            up = b_total * r * core.iteration_s / core.cycle_s > mid
-            lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
-        state = cycle.core(np.where(capped, n_max, (lo + hi) / 2))
+
+        def bisect(hi: np.ndarray, queue: np.ndarray | None = None) -> np.ndarray:
+            lo = np.full(hi.shape, 1e-9)
+            for _ in range(_BISECTION_STEPS):
+                mid = (lo + hi) / 2
+                core = cycle.core(mid, queue)
+                up = b_total * r * core.iteration_s / core.cycle_s > mid
+                lo, hi = np.where(up, mid, lo), np.where(up, hi, mid)
+            result: np.ndarray = (lo + hi) / 2
+            return result
+
+        n = np.where(capped, n_max, bisect(n_max))
+        state = cycle.core(n)
+        if self.params.serving.pd_prefill_queue and mode is Mode.DISAGGREGATED:
+            # _solve: where the prefill pool cannot keep up with the cycle, the fixed point with its queue below n.
+            queue = b_total * (state.flow.prefill_tokens * cycle.t_p) / cycle.cap_p > state.cycle_s
+            if queue.any():
+                n = np.where(queue, bisect(n, queue), n)
+                state = cycle.core(n, queue)
         width = len(lanes.cap_d)
         return [
             _LaneState(
@@ -1902,8 +1926,11 @@ class _LaneCycle:
         )
         return flow, limited, retractions
 
-    def core(self, n: np.ndarray) -> _LaneState:
-        """``core(n)`` of :meth:`ImprovedMakespanModel._solve` in lanes: τ, C and the flow with n decoding."""
+    def core(self, n: np.ndarray, queue: np.ndarray | None = None) -> _LaneState:
+        """``core(n, queue)`` of :meth:`ImprovedMakespanModel._solve` in lanes: τ, C and the flow with n decoding.
+
+        ``queue``: the lanes whose cycle holds the prefill pool's queue (None: none).
+        """
         r, b_total = self.r, self.b
         flow, limited, _ = self.flow(n)
         x = flow.prefill_tokens
@@ -1920,7 +1947,7 @@ class _LaneCycle:
         else:
             cycle, iteration = np.zeros(n.shape), plain
             active = np.ones(n.shape, dtype=bool)
-            backlog = b_total * turn_s / self.cap_p if self.serving.pd_prefill_queue else 0.0
+            backlog = 0.0 if queue is None else np.where(queue, b_total * turn_s / self.cap_p, 0.0)
             for _ in range(50):  # _solve's inner fixed point; a lane stops where the scalar loop breaks
                 transfer: np.ndarray | float = 0.0
                 if self.kv > 0:
