@@ -115,6 +115,16 @@ class PolicyConfig(Frozen):
             "docs/policies.md) or the batch in flight only (PEARL's rule)"
         ),
     )
+    mode_by_predict: bool = Field(
+        default=False,
+        exclude_if=lambda v: not v,
+        description=(
+            "Opt-in, on the surrogate's path (rank_by_predict off) with a memory-aware model: each solve's answer is "
+            "the better by the model's own predict of its surrogate optimum and each other mode's, and is weighed by "
+            "predict as a ranked answer is (gates, hysteresis); no ratio sweep or descent, PEARL's KV constraint "
+            "kept (docs/formulation.md, 'The mode checked by predict')"
+        ),
+    )
     rank_by_predict: bool | None = Field(
         default=None,
         exclude_if=lambda v: v is None,

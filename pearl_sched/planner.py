@@ -156,7 +156,7 @@ class _SolveContext:
     rounding_error: float = 0.0
     statuses: tuple[str, ...] = ()
     earlier: list[ClassSolution] = field(default_factory=list)  # with worker sizes: start candidates
-    ranker: _PredictRanker | None = None  # PolicyConfig.rank_by_predict: candidates ranked by the model's predict
+    ranker: _PredictRanker | None = None  # rank_by_predict / mode_by_predict: candidates ranked by predict
 
     def solve(self, problem: ClassProblem) -> _Solved | None:
         """The best configuration of ``problem``, or None when nothing is feasible.
@@ -178,8 +178,10 @@ class _SolveContext:
         other mode's MILP and a size combination's sweep are skipped where :meth:`_PredictRanker.bound_s` proves
         they cannot beat a candidate already scored (the same answer, docs/formulation.md).
         """
-        candidates = [incumbent, _status_quo(problem, self.mode)]
-        candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
+        candidates = [incumbent]
+        if not ranker.modes_only:
+            candidates += [_status_quo(problem, self.mode)]
+            candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
         scored = [ranker.score(problem, c) for c in candidates if c is not None]
         # A candidate whose proven lower bound is above a score already in hand cannot be the first of the
         # least (ranker.bound_s): its MILP or sweep is skipped, and the answer is the same.
@@ -194,6 +196,8 @@ class _SolveContext:
                     if optimum is not None:
                         scored.append(ranker.score(problem, optimum))
                         cutoff_s = min(cutoff_s, scored[-1].objective_s)
+        if ranker.modes_only:  # PolicyConfig.mode_by_predict: the modes' optima only
+            return min(scored, key=lambda c: c.objective_s)  # the first of equals: the surrogate's own answer
         # Every split at every usable worker, without the search's fallbacks to fewer workers and brute force:
         # those answer infeasible variants slowly, and the descent tries fewer.
         lanes = ranker.lane_scorer(problem)
@@ -287,8 +291,11 @@ class _PredictRanker:
     ``fixed + work/E`` (docs/formulation.md, "Ranking by predict").
     """
 
-    def __init__(self, model: MakespanModel, workload: Workload) -> None:
+    def __init__(self, model: MakespanModel, workload: Workload, *, modes_only: bool = False) -> None:
         """A ranker for ``workload`` under ``model``; predictions are memoised by the capacity they are asked at.
+
+        ``modes_only`` (``PolicyConfig.mode_by_predict``): the candidates are each mode's surrogate optimum only —
+        no status quo, earlier answers, ratio sweeps or descent.
 
         A configuration's :class:`~pearl_sched.makespan.PoolCapacity` (its mode, capacities and workers by size)
         is all ``predict`` reads besides the workload, so one ranker serves every solve of one plan() call,
@@ -296,6 +303,7 @@ class _PredictRanker:
         """
         self._model = model
         self.workload = workload
+        self.modes_only = modes_only
         self._makespans: dict[_CapacityKey, float] = {}
         self._totals = _vectorised_totals(model)
         self._lanes = _lane_predictor(model)
@@ -580,8 +588,17 @@ def _lane_predictor(model: MakespanModel) -> Callable[[Workload, list[PoolCapaci
 
 
 def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _PredictRanker | None:
-    """The ranker of ``PolicyConfig.rank_by_predict`` (resolved by :func:`plan`), or None: the surrogate ranks."""
-    return _PredictRanker(model, workload) if policy.rank_by_predict else None
+    """The ranker of ``PolicyConfig.rank_by_predict`` (resolved by :func:`plan`), or None: the surrogate ranks.
+
+    With ``rank_by_predict`` off, ``PolicyConfig.mode_by_predict`` and a memory-aware model, a ranker of the modes'
+    optima only. A model that is not memory aware gets none for that: PEARL's surrogate is its ``predict`` (the fit
+    is exact in PEARL's limit), so the check could not differ.
+    """
+    if policy.rank_by_predict:
+        return _PredictRanker(model, workload)
+    if policy.mode_by_predict and getattr(model, "memory_aware", False) is True:
+        return _PredictRanker(model, workload, modes_only=True)
+    return None
 
 
 def plan(
@@ -669,7 +686,7 @@ def _plan_once(
 ) -> Plan | None:
     """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1).
 
-    ``ranker`` is ``PolicyConfig.rank_by_predict``'s (None: the surrogate ranks).
+    ``ranker`` is ``PolicyConfig.rank_by_predict``'s or ``mode_by_predict``'s (None: the surrogate ranks).
 
     With ``settle_check`` (:func:`_settle` planning the state a plan leads to), a plan with no actions is not
     assembled: None says the state is settled, which is all :func:`_settle` reads of such a plan.
