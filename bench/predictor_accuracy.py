@@ -52,7 +52,7 @@ predicts it (``sglang:cached_tokens_total`` over ``sglang:prompt_tokens_total``)
 and no training GPUs to lend, no transition costs, as bench/reproduce.py's ratio selection does) with each predictor,
 before any telemetry (``prior``: the setting's fit and launch settings) and after the colocated run's (``refit``)::
 
-    decide scenario=<s> gpus=<g> model=<pearl|improved|improved-turns|...> fit=<prior|refit|refit-checked>
+    decide scenario=<s> gpus=<g> model=<pearl|improved|improved-turns|...> fit=<prior|refit|refit-unchecked>
         chosen=<label> best=<label> gap_pct=<x>
 
 **Measured serving runs** (``--silicon-rows``, 0 to skip): the aggregated SGLang rows of aiconfigurator-core's
@@ -68,8 +68,9 @@ the prompt as its ΔL, the improved model as the first-turn prompt. Lines::
 every 5%; ``ServingParams.live_share="turn_counts"``, opt-in): the batch spans its longest trajectory's turns
 instead of the p90's, each phase holding the trajectories still live there rather than a linearly falling share
 (docs/makespan.md, "The live share from turn counts"). Its ``decide`` lines are plan() with it after the refit.
-``fit=refit-checked`` lines are plan() with ``improved`` and ``improved-turns-queue`` after the refit and
-``PolicyConfig(mode_by_predict=True)`` (each solve's mode checked by ``predict``; docs/formulation.md).
+``fit=refit-unchecked`` lines are plan() with ``improved`` and ``improved-turns-queue`` after the refit and
+``PolicyConfig(mode_by_predict=False)``: the MILP surrogate's optimum standing, without the default check of each
+solve's mode by ``predict`` (docs/formulation.md, "The mode checked by predict").
 ``improved-queue`` and ``improved-turns-queue`` are ``improved`` and ``improved-turns`` with the PD prefill pool's
 queue in the trajectory's cycle (``ServingParams.pd_prefill_queue``, opt-in; docs/makespan.md, "The PD prefill queue
 in the cycle"), with their own ``decide`` lines after the refit.
@@ -351,13 +352,13 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
             state.workload,
         ),
     }
-    checked = PolicyConfig(mode_by_predict=True)
+    unchecked = PolicyConfig(mode_by_predict=False)
     runs_of: list[tuple[str, str, MakespanModel, Workload, PolicyConfig | None]] = [
         (model, fit, predictor, workload, None) for (model, fit), (predictor, workload) in models.items()
     ]
-    for model in ("improved", "improved-turns-queue"):  # PolicyConfig.mode_by_predict: each solve's mode by predict
+    for model in ("improved", "improved-turns-queue"):  # the surrogate's optimum standing (the planner before s16)
         predictor, workload = models[(model, "refit")]
-        runs_of.append((model, "refit-checked", predictor, workload, checked))
+        runs_of.append((model, "refit-unchecked", predictor, workload, unchecked))
     for model, fit, predictor, workload, policy in runs_of:
         at = state.model_copy(update={"workload": workload})
         plan, _ = plan_resident(at, predictor, costs=FREE, policy=policy)

@@ -116,13 +116,14 @@ class PolicyConfig(Frozen):
         ),
     )
     mode_by_predict: bool = Field(
-        default=False,
-        exclude_if=lambda v: not v,
+        default=True,
+        exclude_if=lambda v: v,
         description=(
-            "Opt-in, on the surrogate's path (rank_by_predict off) with a memory-aware model: each solve's answer is "
-            "the better by the model's own predict of its surrogate optimum and each other mode's, and is weighed by "
+            "On the surrogate's path (rank_by_predict off) with a memory-aware model: each solve's answer is the "
+            "better by the model's own predict of its surrogate optimum and each other mode's, and is weighed by "
             "predict as a ranked answer is (gates, hysteresis); no ratio sweep or descent, PEARL's KV constraint "
-            "kept (docs/formulation.md, 'The mode checked by predict')"
+            "kept. False: the surrogate's optimum stands, as before it (docs/formulation.md, 'The mode checked by "
+            "predict')"
         ),
     )
     rank_by_predict: bool | None = Field(
