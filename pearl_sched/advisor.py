@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from pearl_sched.config import TransitionCosts
+from pearl_sched.config import PolicyConfig, TransitionCosts
 from pearl_sched.errors import PearlSchedError
 from pearl_sched.makespan import DeviceParams, MakespanModel, PearlParams, PoolCapacity
 from pearl_sched.planner import plan
@@ -45,6 +45,10 @@ STEADY_STATE_COSTS = TransitionCosts(
 )
 """A recommendation is where a deployment starts, so starting workers costs nothing; lending still pays PEARL
 Table 3's activation and deactivation every step (the defaults kept)."""
+ADVISE_POLICY = PolicyConfig(mode_by_predict=False)
+"""plan()'s defaults but the MILP's optimum standing (no check of the mode by ``predict``): the framework layouts the
+advice weighs against the plan are scored by the MILP's own terms (``framework_configs``), so the plan must be that
+scale's optimum for the comparison to hold (docs/advise.md)."""
 LENDABLE_PREFIX = "tw"
 """Worker ids of training-GPU (lendable) workers start with this; dedicated ones with ``dw``."""
 Framework = Literal["verl", "slime", "roll", "areal"]
@@ -324,7 +328,9 @@ def advise(
         source = "timing_s/gen" if log is not None else "the predicted colocated makespan"
         notes.append(f"training GPUs idle {idle_s:.0f} s per step while rollout runs ({source})")
     state = cluster_state(inputs, workload, idle_s)
-    result = plan(state, model, costs=STEADY_STATE_COSTS)
+    # The framework layouts are scored as the MILP scores configurations (framework_configs._makespan_s: the model's
+    # terms), so the plan they are held against is the MILP's own optimum, not the one checked by predict.
+    result = plan(state, model, costs=STEADY_STATE_COSTS, policy=ADVISE_POLICY)
     return Advice(inputs, result, params, model, workload, log, serving, scale, (*notes, *device_notes), idle_s, state)
 
 

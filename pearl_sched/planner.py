@@ -178,7 +178,7 @@ class _SolveContext:
         other mode's MILP and a size combination's sweep are skipped where :meth:`_PredictRanker.bound_s` proves
         they cannot beat a candidate already scored (the same answer, docs/formulation.md).
         """
-        candidates = [incumbent]
+        candidates: list[ClassSolution | None] = [incumbent]
         if not ranker.modes_only:
             candidates += [_status_quo(problem, self.mode)]
             candidates += [evaluate(problem, e.mode, e.counts) for e in self.earlier]
