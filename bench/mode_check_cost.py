@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DATA
-from bench.predictor_accuracy import FREE, scenario_named
+from bench.common import DATA, FREE
+from bench.predictor_accuracy import scenario_named
 from pearl_sched.config import PolicyConfig
 from pearl_sched.control import plan_resident
 from pearl_sched.sim.cluster import SimCluster

@@ -337,31 +337,26 @@ def decisions(name: str, setting: Setting, gpus: int, runs: list[Run], params: P
     state = cluster.observe()
     theta = state.workload.model_copy(update={"bubble_ratio": ran.result.bubble_ratio})
     serving = serving_from(setting, ran)
-    models: dict[tuple[str, str], tuple[MakespanModel, Workload]] = {
-        ("pearl", "prior"): (setting.predictor("pearl"), state.workload),
+    refitted = improved(params, serving)
+    turns_queue = improved(params, serving.model_copy(update={**TURNS, **QUEUE}))
+    unchecked = PolicyConfig(mode_by_predict=False)  # the surrogate's optimum standing (the planner before s16)
+    models: dict[tuple[str, str], tuple[MakespanModel, Workload, PolicyConfig | None]] = {
+        ("pearl", "prior"): (setting.predictor("pearl"), state.workload, None),
         ("improved", "prior"): (
             setting.predictor("improved", serving=setting.serving_params(**OPT_IN)),
             state.workload,
+            None,
         ),
-        ("pearl", "refit"): (PearlMakespanModel(params), theta),
-        ("improved", "refit"): (improved(params, serving), state.workload),
-        ("improved-turns", "refit"): (improved(params, serving.model_copy(update=TURNS)), state.workload),
-        ("improved-queue", "refit"): (improved(params, serving.model_copy(update=QUEUE)), state.workload),
-        ("improved-turns-queue", "refit"): (
-            improved(params, serving.model_copy(update={**TURNS, **QUEUE})),
-            state.workload,
-        ),
+        ("pearl", "refit"): (PearlMakespanModel(params), theta, None),
+        ("improved", "refit"): (refitted, state.workload, None),
+        ("improved-turns", "refit"): (improved(params, serving.model_copy(update=TURNS)), state.workload, None),
+        ("improved-queue", "refit"): (improved(params, serving.model_copy(update=QUEUE)), state.workload, None),
+        ("improved-turns-queue", "refit"): (turns_queue, state.workload, None),
+        ("improved", "refit-unchecked"): (refitted, state.workload, unchecked),
+        ("improved-turns-queue", "refit-unchecked"): (turns_queue, state.workload, unchecked),
     }
-    unchecked = PolicyConfig(mode_by_predict=False)
-    runs_of: list[tuple[str, str, MakespanModel, Workload, PolicyConfig | None]] = [
-        (model, fit, predictor, workload, None) for (model, fit), (predictor, workload) in models.items()
-    ]
-    for model in ("improved", "improved-turns-queue"):  # the surrogate's optimum standing (the planner before s16)
-        predictor, workload = models[(model, "refit")]
-        runs_of.append((model, "refit-unchecked", predictor, workload, unchecked))
-    for model, fit, predictor, workload, policy in runs_of:
-        at = state.model_copy(update={"workload": workload})
-        plan, _ = plan_resident(at, predictor, costs=FREE, policy=policy)
+    for (model, fit), (predictor, workload, policy) in models.items():
+        plan, _ = plan_resident(state.model_copy(update={"workload": workload}), predictor, costs=FREE, policy=policy)
         chosen = plan.ratio
         if chosen not in measured:  # a configuration using fewer GPUs than the sweep's
             capacity = PoolCapacity(

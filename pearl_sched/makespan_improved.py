@@ -1202,6 +1202,10 @@ class ImprovedMakespanModel:
         fixed_iteration_s = pools.iteration_s[decode_role]
         per_seq_s = self._per_seq_s(workload, phase.context)
 
+        def pool_work_s(turn_s: float) -> float:
+            """The PD prefill pool's work per cycle: each live trajectory's turn of ``turn_s`` prefill seconds."""
+            return b_total * turn_s / prefill_capacity
+
         def core(n: float, queue: bool = False) -> tuple[float, float, float, float, _Flow]:
             """(τ, C, one turn's transfer, one turn's own prefill, the flow) with n decoding.
 
@@ -1230,7 +1234,7 @@ class ImprovedMakespanModel:
                 cycle, iteration, transfer = 0.0, plain, 0.0
                 # The prefill pool's work per cycle: each live trajectory's turn, first come first served. Where it
                 # exceeds the rest of the cycle the trajectories wait in that queue (docs/makespan.md).
-                backlog = b_total * turn_s / prefill_capacity if queue else 0.0
+                backlog = pool_work_s(turn_s) if queue else 0.0
                 for _ in range(50):  # inner fixed point in C (the link's share depends on it); contracts quickly
                     transfer = 0.0
                     if kv > 0:
@@ -1286,7 +1290,7 @@ class ImprovedMakespanModel:
             if b_total * r * top.iteration_s / top.cycle_s < n_max * (1 - 1e-12):
                 top = None  # else the KV pool caps n: the rest of the batch queues for admission
         found = top if top is not None else state(bisect(n_max))
-        if serving.pd_prefill_queue and not colocated and b_total * found.prefill_s / prefill_capacity > found.cycle_s:
+        if serving.pd_prefill_queue and not colocated and pool_work_s(found.prefill_s) > found.cycle_s:
             # The prefill pool cannot keep up with this cycle: the fixed point with its queue, below this n (where
             # the queue makes g negative). The cycle without the queue is kept wherever it is consistent.
             return state(bisect(found.decoding, queue=True), queue=True)
@@ -1740,7 +1744,7 @@ class ImprovedMakespanModel:
         state = cycle.core(n)
         if self.params.serving.pd_prefill_queue and mode is Mode.DISAGGREGATED:
             # _solve: where the prefill pool cannot keep up with the cycle, the fixed point with its queue below n.
-            queue = b_total * (state.flow.prefill_tokens * cycle.t_p) / cycle.cap_p > state.cycle_s
+            queue = cycle.pool_work_s(state.flow.prefill_tokens * cycle.t_p) > state.cycle_s
             if queue.any():
                 n = np.where(queue, bisect(n, queue), n)
                 state = cycle.core(n, queue)
@@ -1926,6 +1930,11 @@ class _LaneCycle:
         )
         return flow, limited, retractions
 
+    def pool_work_s(self, turn_s: np.ndarray) -> np.ndarray:
+        """:meth:`ImprovedMakespanModel._solve`'s ``pool_work_s`` in lanes: the PD prefill pool's work per cycle."""
+        work: np.ndarray = self.b * turn_s / self.cap_p
+        return work
+
     def core(self, n: np.ndarray, queue: np.ndarray | None = None) -> _LaneState:
         """``core(n, queue)`` of :meth:`ImprovedMakespanModel._solve` in lanes: τ, C and the flow with n decoding.
 
@@ -1947,7 +1956,7 @@ class _LaneCycle:
         else:
             cycle, iteration = np.zeros(n.shape), plain
             active = np.ones(n.shape, dtype=bool)
-            backlog = 0.0 if queue is None else np.where(queue, b_total * turn_s / self.cap_p, 0.0)
+            backlog = 0.0 if queue is None else np.where(queue, self.pool_work_s(turn_s), 0.0)
             for _ in range(50):  # _solve's inner fixed point; a lane stops where the scalar loop breaks
                 transfer: np.ndarray | float = 0.0
                 if self.kv > 0:
