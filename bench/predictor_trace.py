@@ -20,6 +20,16 @@ and the totals (``first`` is the first-turn burst: the first prompts)::
 With ``--timeline`` the simulated prefill side's busy share and the live trajectories are also printed per tenth of
 the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queued=<n>``).
 
+With ``--admission`` each later turn's wait from the gateway to its admission on the prefill side (where SGLang's
+PrefillAdder matches its cached prefix and locks it) is logged with the hit it found, and printed by wait and over
+the batch (in eighths of the makespan), with how many of the prefill scheduling rounds that found requests waiting
+left the queue's head waiting, and why (``memory``: admission refused it, SGLang's NO_TOKEN; ``chunk``: the batch's
+token budget was spent)::
+
+    admission scenario=<s> config=<c> wait_s=<lo>-<hi> requests=<n> hit=<x> full_miss=<share with hit < 0.2>
+    admission_timeline scenario=<s> config=<c> t_s=<x> requests=<n> mean_wait_s=<x> hit=<x>
+    admission_blocked scenario=<s> config=<c> rounds=<n> head_waits_memory=<n> head_waits_chunk=<n>
+
 ``--pd-prefill-queue on`` traces it with the PD prefill pool's queue in the cycle
 (``ServingParams.pd_prefill_queue``). Each phase's line also carries the model's decoding share (n/b) and the
 total line the model's batch makespan (``model_s``).
@@ -27,7 +37,7 @@ total line the model's batch makespan (``model_s``).
 ``--live-share turn-counts`` traces the improved predictor with its live share from the batch's turn counts
 (``ServingParams.live_share``): the phases then span the longest trajectory's turns, and so do the buckets.
 
-Usage: python bench/predictor_trace.py [--scenario e2e] [--gpus 8] [--configs 1P3D,4C] [--timeline]
+Usage: python bench/predictor_trace.py [--scenario e2e] [--gpus 8] [--configs 1P3D,4C] [--timeline] [--admission]
                                       [--live-share linear|turn-counts] [--pd-prefill-queue on|off]
 """
 
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -54,7 +65,7 @@ from pearl_sched import Mode, PoolCapacity
 from pearl_sched.makespan_improved import PHASES, ImprovedMakespanModel
 from pearl_sched.sim.cluster import ObservedStepTimes
 from pearl_sched.sim.experiment import setting_for
-from pearl_sched.sim.rollout import RolloutSimulation, _Kind
+from pearl_sched.sim.rollout import RolloutSimulation, _Job, _Kind
 from pearl_sched.sim.setting import Setting
 
 
@@ -70,8 +81,25 @@ class Request:
     at_s: float
 
 
+@dataclasses.dataclass
+class Admission:
+    """One later turn admitted on the prefill side: when, after how long a wait, and what it found cached."""
+
+    at_s: float
+    wait_s: float
+    prompt: int
+    cached: float
+
+
+ADMISSION_WAITS_S = (0.0, 0.5, 2.0, 5.0, 10.0, 30.0, math.inf)
+"""The wait buckets ``--admission`` prints, in seconds."""
+
+FULL_MISS_HIT = 0.2
+"""A turn that found less than this share of its prompt cached counts as a full miss in ``--admission``."""
+
+
 class TracedSimulation(RolloutSimulation):
-    """The simulator, unchanged, with a log of completed prefill requests and a coarse timeline."""
+    """The simulator, unchanged, with a log of completed prefill requests, admissions and a coarse timeline."""
 
     def __init__(self, *args: object, timeline_s: float = 0.0, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -82,12 +110,32 @@ class TracedSimulation(RolloutSimulation):
         self._next_sample = 0.0
         self._busy_since: dict[int, float] = {}
         self._busy_s = 0.0
+        self.admissions: list[Admission] = []
+        self.head_waits = {"memory": 0, "chunk": 0}
+        self.rounds = 0  # prefill scheduling rounds that found requests waiting for admission
+        self._arrived: dict[int, tuple[object, float, int]] = {}  # id(job) → (the job, kept alive; arrival; turn)
+
+    def _queue_job(self, job: _Job) -> None:
+        self._arrived[id(job)] = (job, self.now, self.trajectories[job.index].turn)
+        super()._queue_job(job)
 
     def _start_prefill(self, worker: int) -> None:
-        was = self.prefillers[worker].running
+        p = self.prefillers[worker]
+        was = p.running
+        waiting = [job for job in p.queue if not job.admitted]
         super()._start_prefill(worker)
-        if was is None and self.prefillers[worker].running is not None:
+        if was is None and p.running is not None:
             self._busy_since[worker] = self.now
+        if was is not None or not waiting:  # a batch was running (nothing was scheduled), or none waited
+            return
+        self.rounds += 1
+        for job in waiting:
+            arrived = self._arrived.pop(id(job), None) if job.admitted else None
+            if arrived is not None and arrived[2] > 0:  # a later turn (the first-turn burst is counted apart)
+                self.admissions.append(Admission(self.now, self.now - arrived[1], job.prompt_tokens, job.cached))
+        if p.queue and not p.queue[0].admitted:  # the head waits: refused by memory, or the batch's budget spent
+            spent = p.running is not None and sum(chunk for _, chunk in p.running) >= self.pool.chunk_tokens
+            self.head_waits["chunk" if spent else "memory"] += 1
 
     def _prefill_done(self, worker: int) -> None:
         batch = list(self.prefillers[worker].running or [])
@@ -137,8 +185,9 @@ def trace(
     timeline: bool,
     live_share: str = "linear",
     pd_prefill_queue: bool = False,
+    admission: bool = False,
 ) -> None:
-    """Print the per-phase accounting of one configuration, simulated and predicted."""
+    """Print the per-phase accounting of one configuration, simulated and predicted (and its admissions)."""
     capacity = capacity_of(label)
     update = {"live_share": live_share, "pd_prefill_queue": pd_prefill_queue}
     serving = serving_from(setting, ran).model_copy(update=update)
@@ -222,8 +271,41 @@ def trace(
             f" prefill_busy_s={busy:.0f} queued={queued}",
             flush=True,
         )
+    if admission:
+        print_admissions(name, label, sim, makespan)
     if not math.isfinite(makespan):
         raise SystemExit("the simulation did not finish")
+
+
+def print_admissions(name: str, label: str, sim: TracedSimulation, makespan_s: float) -> None:
+    """``--admission``'s lines: the later turns' hits by their wait for admission, and over the batch."""
+
+    def hit(rows: list[Admission]) -> float:
+        return sum(a.cached for a in rows) / max(1.0, sum(a.prompt for a in rows))
+
+    for lo, hi in itertools.pairwise(ADMISSION_WAITS_S):
+        rows = [a for a in sim.admissions if lo <= a.wait_s < hi]
+        if rows:
+            full = sum(1 for a in rows if a.cached < FULL_MISS_HIT * a.prompt) / len(rows)
+            print(
+                f"admission scenario={name} config={label} wait_s={lo:g}-{hi:g} requests={len(rows)}"
+                f" hit={hit(rows):.3f} full_miss={full:.3f}",
+                flush=True,
+            )
+    span = makespan_s if math.isfinite(makespan_s) else max((a.at_s for a in sim.admissions), default=0.0)
+    for k in range(8):
+        rows = [a for a in sim.admissions if k * span / 8 <= a.at_s < (k + 1) * span / 8]
+        if rows:
+            print(
+                f"admission_timeline scenario={name} config={label} t_s={k * span / 8:.0f} requests={len(rows)}"
+                f" mean_wait_s={sum(a.wait_s for a in rows) / len(rows):.2f} hit={hit(rows):.3f}",
+                flush=True,
+            )
+    print(
+        f"admission_blocked scenario={name} config={label} rounds={sim.rounds}"
+        f" head_waits_memory={sim.head_waits['memory']} head_waits_chunk={sim.head_waits['chunk']}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -234,6 +316,7 @@ def main() -> None:
     parser.add_argument("--configs", default="1P3D,4C")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--timeline", action="store_true")
+    parser.add_argument("--admission", action="store_true", help="later turns' hits by their wait for admission")
     parser.add_argument("--live-share", choices=("linear", "turn-counts"), default="linear")
     parser.add_argument("--pd-prefill-queue", choices=("on", "off"), default="off")
     args = parser.parse_args()
@@ -242,7 +325,8 @@ def main() -> None:
     ran = simulate(setting, PoolCapacity(mode=Mode.COLOCATED, colocated=n))
     for label in args.configs.split(","):
         live_share = args.live_share.replace("-", "_")
-        trace(args.scenario, setting, ran, label, args.timeline, live_share, args.pd_prefill_queue == "on")
+        queue = args.pd_prefill_queue == "on"
+        trace(args.scenario, setting, ran, label, args.timeline, live_share, queue, admission=args.admission)
 
 
 if __name__ == "__main__":
