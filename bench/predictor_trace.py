@@ -22,12 +22,13 @@ the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queu
 
 With ``--admission`` each later turn's wait from the gateway to its admission on the prefill side (where SGLang's
 PrefillAdder matches its cached prefix and locks it) is logged with the hit it found, and printed by wait and over
-the batch (in eighths of the makespan), with how many of the prefill scheduling rounds that found requests waiting
+the batch (in eighths of the makespan, with how many of the workers admitting turns then found at least half of
+their prompts' tokens cached), with how many of the prefill scheduling rounds that found requests waiting
 left the queue's head waiting, and why (``memory``: admission refused it, SGLang's NO_TOKEN; ``chunk``: the batch's
 token budget was spent)::
 
     admission scenario=<s> config=<c> wait_s=<lo>-<hi> requests=<n> hit=<x> full_miss=<share with hit < 0.2>
-    admission_timeline scenario=<s> config=<c> t_s=<x> requests=<n> mean_wait_s=<x> hit=<x>
+    admission_timeline scenario=<s> config=<c> t_s=<x> requests=<n> mean_wait_s=<x> hit=<x> workers_hitting=<k>/<n>
     admission_blocked scenario=<s> config=<c> rounds=<n> head_waits_memory=<n> head_waits_chunk=<n>
 
 ``--pd-prefill-queue on`` traces it with the PD prefill pool's queue in the cycle
@@ -89,6 +90,7 @@ class Admission:
     wait_s: float
     prompt: int
     cached: float
+    worker: int
 
 
 ADMISSION_WAITS_S = (0.0, 0.5, 2.0, 5.0, 10.0, 30.0, math.inf)
@@ -132,7 +134,8 @@ class TracedSimulation(RolloutSimulation):
         for job in waiting:
             arrived = self._arrived.pop(id(job), None) if job.admitted else None
             if arrived is not None and arrived[2] > 0:  # a later turn (the first-turn burst is counted apart)
-                self.admissions.append(Admission(self.now, self.now - arrived[1], job.prompt_tokens, job.cached))
+                wait_s = self.now - arrived[1]
+                self.admissions.append(Admission(self.now, wait_s, job.prompt_tokens, job.cached, worker))
         if p.queue and not p.queue[0].admitted:  # the head waits: refused by memory, or the batch's budget spent
             spent = p.running is not None and sum(chunk for _, chunk in p.running) >= self.pool.chunk_tokens
             self.head_waits["chunk" if spent else "memory"] += 1
@@ -296,9 +299,14 @@ def print_admissions(name: str, label: str, sim: TracedSimulation, makespan_s: f
     for k in range(8):
         rows = [a for a in sim.admissions if k * span / 8 <= a.at_s < (k + 1) * span / 8]
         if rows:
+            workers: dict[int, list[Admission]] = {}
+            for a in rows:
+                workers.setdefault(a.worker, []).append(a)
+            hitting = sum(1 for mine in workers.values() if hit(mine) >= 0.5)
             print(
                 f"admission_timeline scenario={name} config={label} t_s={k * span / 8:.0f} requests={len(rows)}"
-                f" mean_wait_s={sum(a.wait_s for a in rows) / len(rows):.2f} hit={hit(rows):.3f}",
+                f" mean_wait_s={sum(a.wait_s for a in rows) / len(rows):.2f} hit={hit(rows):.3f}"
+                f" workers_hitting={hitting}/{len(workers)}",
                 flush=True,
             )
     print(

@@ -19,7 +19,7 @@ def test_a_turn_back_from_its_tool_call_is_admitted_at_once_with_its_prefix() ->
     sim.run()
     (admission,) = sim.admissions
     assert admission.wait_s == pytest.approx(0.0)
-    assert (admission.prompt, admission.cached) == (160, 110)
+    assert (admission.prompt, admission.cached, admission.worker) == (160, 110, 0)
     assert sim.head_waits == {"memory": 0, "chunk": 0}
 
 
