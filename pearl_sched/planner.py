@@ -53,6 +53,7 @@ from pearl_sched.policies import (
 )
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, Counts, GpuPool, SlotClass, evaluate
 from pearl_sched.solvers import (
+    CutPool,
     enumerate_configurations,
     evaluate_lanes,
     get_backend,
@@ -157,6 +158,7 @@ class _SolveContext:
     statuses: tuple[str, ...] = ()
     earlier: list[ClassSolution] = field(default_factory=list)  # with worker sizes: start candidates
     ranker: _PredictRanker | None = None  # rank_by_predict / mode_by_predict: candidates ranked by predict
+    cuts: CutPool | None = None  # the makespan cuts of the call's earlier solves (docs/formulation.md)
 
     def solve(self, problem: ClassProblem) -> _Solved | None:
         """The best configuration of ``problem``, or None when nothing is feasible.
@@ -220,7 +222,9 @@ class _SolveContext:
         """The surrogate's optimum of ``problem`` (restricted to one mode), or None when it has none."""
         hint = enumerate_configurations(problem, window=_START_WINDOW)
         try:
-            outcome = solve_class_problem(problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=hint)
+            outcome = solve_class_problem(
+                problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=hint, cuts=self.cuts
+            )
         except SolverError as exc:
             logger.warning("%s; ranking without that mode's optimum", exc)
             return hint
@@ -242,7 +246,7 @@ class _SolveContext:
         start_solution = min((c for c in candidates if c is not None), key=lambda c: c.objective_s, default=None)
         try:
             outcome = solve_class_problem(
-                problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution
+                problem, get_backend(self.backend), time_limit_s=self.time_limit_s, hint=start_solution, cuts=self.cuts
             )
         except SolverError as exc:
             return self._fallback(problem, exc)
@@ -658,11 +662,12 @@ def plan(
         return seen[1]
 
     ranker = _ranker(model, state.workload, policy)  # its predictions serve every pass of this call
+    cuts = CutPool()  # and the makespan cuts its solves find serve the later solves
 
     def once(at: ClusterState, *, settle_check: bool = False) -> Plan | None:
         args = (model, classify(at), costs, policy, pstate, resolved, time_limit_s, label, digest)
         shared = ranker if ranker is None or at.workload == ranker.workload else _ranker(model, at.workload, policy)
-        return _plan_once(at, *args, ranker=shared, settle_check=settle_check)
+        return _plan_once(at, *args, ranker=shared, cuts=cuts, settle_check=settle_check)
 
     first = once(state)
     assert first is not None  # only a settle check answers None
@@ -682,16 +687,18 @@ def _plan_once(
     digest: str,
     *,
     ranker: _PredictRanker | None = None,
+    cuts: CutPool | None = None,
     settle_check: bool = False,
 ) -> Plan | None:
     """Steps 2-5 once, for ``state`` as given and ``classified`` (its step 1).
 
-    ``ranker`` is ``PolicyConfig.rank_by_predict``'s or ``mode_by_predict``'s (None: the surrogate ranks).
+    ``ranker`` is ``PolicyConfig.rank_by_predict``'s or ``mode_by_predict``'s (None: the surrogate ranks);
+    ``cuts`` the call's pool of makespan cuts (None: each solve starts from its own).
 
     With ``settle_check`` (:func:`_settle` planning the state a plan leads to), a plan with no actions is not
     assembled: None says the state is settled, which is all :func:`_settle` reads of such a plan.
     """
-    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=ranker)
+    solves = _SolveContext(resolved, time_limit_s, mode=state.mode, ranker=ranker, cuts=cuts)
     problem, best = classified.base, _solve(classified.base, solves)  # step 2
     reasons: list[str] = []
     if state.worker_sizes is not None:

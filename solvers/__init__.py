@@ -17,7 +17,13 @@ from pearl_sched.errors import SolverUnavailableError
 from pearl_sched.solvers.base import Backend, Capabilities, LinearModel, SolveResult
 from pearl_sched.solvers.cpsat import CpSatBackend
 from pearl_sched.solvers.enumeration import enumerate_configurations, evaluate_lanes, ratio_sweep
-from pearl_sched.solvers.formulation import MilpOutcome, predict_bound_s, predict_lane_filter, solve_class_problem
+from pearl_sched.solvers.formulation import (
+    CutPool,
+    MilpOutcome,
+    predict_bound_s,
+    predict_lane_filter,
+    solve_class_problem,
+)
 from pearl_sched.solvers.highs import HighsBackend
 from pearl_sched.solvers.pulp_backend import PulpCbcBackend, PulpHighsBackend
 from pearl_sched.solvers.pywraplp import OrtoolsHighsBackend, ScipBackend
@@ -63,6 +69,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "Backend",
     "Capabilities",
+    "CutPool",
     "LinearModel",
     "MilpOutcome",
     "SolveResult",

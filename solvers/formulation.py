@@ -47,7 +47,8 @@ until the cut value equals f_r(E_r) there, so the final answer is optimal for th
 approximation over finitely many capacity values). Each mode is solved on its own (m fixed), the start
 solution's mode first, its optimum a cutoff for the other (skipped when :func:`mode_bound` proves it cannot
 win). The objective's constant terms make the reported objective equal :func:`~pearl_sched.problem.evaluate`
-at the solution.
+at the solution. The cuts a loop adds can start later solves with the same f_r (:class:`CutPool`, one per plan()
+call).
 
 :func:`build_model` writes one helper per constraint family, in the order above; each row is named after its
 line (``one_role_per_slot``, ``gpu_budget``, ...), so a dumped model reads like this docstring.
@@ -57,13 +58,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pearl_sched.errors import PearlSchedError, SolverError
-from pearl_sched.makespan import PoolTerms
+from pearl_sched.makespan import MakespanTerms, PoolTerms
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, ClassSolution, SlotClass, evaluate
 from pearl_sched.solvers.base import EXACT_ROUNDING, Backend, LinearModel, SolveResult
 from pearl_sched.state import Mode, Role
@@ -344,6 +345,42 @@ def initial_cuts(
     return cuts
 
 
+class CutPool:
+    """Makespan cuts the solves of one plan() call have written, offered to its later solves.
+
+    A cut is a property of f_r, not of the problem it was found in: a tangent of f_r lies under f_r everywhere, and
+    a chord between neighbouring points of a lattice of step s lies under it at every multiple of s. So a later
+    problem with the same pool times (``MakespanTerms``: the same model and workload) may start from every tangent
+    found so far, and from the chords of its own lattice step, for the roles it has (docs/formulation.md, "Cuts
+    carried between solves"). Its loop then needs fewer rounds where its optimum is near an earlier one (a gate's
+    wider problem, the hysteresis' keep problem, the settle passes). The answer stays the exact optimum; among
+    configurations of exactly equal objective the solver may return another.
+    """
+
+    def __init__(self) -> None:
+        """An empty pool."""
+        self._cuts: dict[MakespanTerms, dict[tuple[Role, float, float], float | None]] = {}
+
+    def add(self, problem: ClassProblem, cuts: Iterable[tuple[Role, float, float]]) -> None:
+        """Keep ``cuts`` (written for ``problem``), each with the lattice step it is valid on (None: a tangent).
+
+        A cut is kept once; a chord is recognised by its role's lattice step in ``problem`` (tangents are also
+        valid on that lattice, so recording them under the step only narrows where they are offered).
+        """
+        known = self._cuts.setdefault(problem.terms, {})
+        steps = {role: lattice_step(problem, role) for role in ROLES}
+        for cut in cuts:
+            known.setdefault(cut, steps[cut[0]])
+
+    def offered(self, problem: ClassProblem, roles: Iterable[Role]) -> list[tuple[Role, float, float]]:
+        """The kept cuts valid for ``problem`` in ``roles``, in the order they were found."""
+        known = self._cuts.get(problem.terms)
+        if not known:
+            return []
+        steps = {role: lattice_step(problem, role) for role in roles}
+        return [cut for cut, step in known.items() if cut[0] in steps and (step is None or step == steps[cut[0]])]
+
+
 @dataclass(frozen=True)
 class MilpOutcome:
     """The MILP's answer after the cut loop."""
@@ -362,13 +399,15 @@ def solve_class_problem(
     *,
     time_limit_s: float,
     hint: ClassSolution | None = None,
+    cuts: CutPool | None = None,
 ) -> MilpOutcome:
     """Solve the MILP exactly: one mode at a time, each with outer-approximation cuts refined until tight.
 
     Fixing the mode removes the big-M coupling, so each model's LP relaxation is tight and the search small;
     the mode of the start solution goes first and its optimum is a cutoff for the other mode. Returns the
     best exactly-evaluated solution; ``status`` is ``"optimal"`` when every mode's loop closed,
-    ``"feasible"`` when the time limit stopped it with an incumbent, else the backend's status.
+    ``"feasible"`` when the time limit stopped it with an incumbent, else the backend's status. ``cuts``: the
+    pool of an earlier solve's cuts this one starts from and adds its own to (:class:`CutPool`).
     """
     best = hint
     modes = sorted(problem.modes, key=lambda m: hint is None or m is not hint.mode)
@@ -381,7 +420,9 @@ def solve_class_problem(
         sub = replace(problem, modes=(mode,))
         start = best if best is not None and best.mode is mode else None
         cutoff = best.objective_s if best is not None else None
-        outcome = _solve_mode(sub, backend, time_limit_s=max(time_limit_s - wall, 1e-3), hint=start, cutoff=cutoff)
+        outcome = _solve_mode(
+            sub, backend, time_limit_s=max(time_limit_s - wall, 1e-3), hint=start, cutoff=cutoff, pool=cuts
+        )
         wall += outcome.wall_time_s
         rounds += outcome.rounds
         rounding = max(rounding, outcome.rounding_error)
@@ -710,9 +751,17 @@ def _solve_mode(
     time_limit_s: float,
     hint: ClassSolution | None,
     cutoff: float | None,
+    pool: CutPool | None = None,
 ) -> MilpOutcome:
-    """The cut loop for a single-mode problem. ``infeasible`` means nothing beats ``cutoff`` here."""
+    """The cut loop for a single-mode problem. ``infeasible`` means nothing beats ``cutoff`` here.
+
+    With ``pool`` the loop also starts from the cuts earlier solves found (those valid here), and the cuts its
+    rounds add go into it.
+    """
     cuts = initial_cuts(problem, hint)
+    if pool is not None:
+        written = set(cuts)
+        cuts += [cut for cut in pool.offered(problem, MODE_ROLES[problem.modes[0]]) if cut not in written]
     best: ClassSolution | None = hint
     bound, wall, rounding = -math.inf, 0.0, 0.0
     # The model without cuts is written once; each round adds the cut rows (kept from round to round) after it,
@@ -751,7 +800,10 @@ def _solve_mode(
             if role in candidate.pool_times_s and e > 0:
                 exact = candidate.pool_times_s[role]
                 if model_t < exact - _CUT_TOLERANCE * max(1.0, exact):
-                    cuts.extend((role, *cut) for cut in cuts_near(problem, role, e, window=_REFINE_WINDOW))
+                    found = [(role, *cut) for cut in cuts_near(problem, role, e, window=_REFINE_WINDOW)]
+                    cuts.extend(found)
+                    if pool is not None:
+                        pool.add(problem, found)
                     tight = False
         if tight and (result.status == "optimal" or result.rounded_optimal):
             return MilpOutcome(best, result.status, bound, wall, rounds, rounding)

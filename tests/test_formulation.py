@@ -9,6 +9,7 @@ Invariants checked on random tiny instances (hypothesis):
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -21,7 +22,15 @@ from hypothesis import strategies as st
 from pearl_sched import Mode, Role, Zone
 from pearl_sched.problem import MODE_ROLES, ROLES, ClassProblem, SlotClass, brute_force, evaluate
 from pearl_sched.solvers import available_backends, enumerate_configurations, get_backend, solve_class_problem
-from pearl_sched.solvers.formulation import max_capacity, mode_bound, mode_lower_bound
+from pearl_sched.solvers.formulation import (
+    CutPool,
+    cuts_near,
+    max_capacity,
+    mode_bound,
+    mode_lower_bound,
+    secant,
+    tangent,
+)
 
 from .builders import MODEL, workload
 
@@ -286,3 +295,103 @@ def test_sorted_rows_follow_the_rows_through_copies_and_later_rows() -> None:
     assert model.sorted_rows() == [([x, z], [1.0, 3.0]), ([x, y], [-1.0, 2.0]), ([y, z], [1.0, 1.0])]
     assert [sorted(r.items()) for r in model.rows] == [list(zip(*row, strict=True)) for row in model.sorted_rows()]
     assert base.sorted_rows() == [([x, z], [1.0, 3.0])]  # the copy's rows did not leak into the original
+
+
+def _variant(problem: ClassProblem, data: st.DataObject) -> ClassProblem:
+    """Another problem with ``problem``'s pool times: its budget, eligibility or worker weights changed.
+
+    What a plan() call's later solves are (a gate's wider problem, the hysteresis' fixed classes) and what they
+    are not (classes of another TP degree: other weights, so another lattice or none).
+    """
+    scale = data.draw(st.sampled_from([1.0, 2.0, 1.5]))
+    classes = []
+    for k, c in enumerate(problem.classes):
+        eligible = data.draw(st.sets(st.sampled_from(ROLES), min_size=1))
+        weight = {r: w * (scale if k % 2 == 0 else 1.0) for r, w in c.weight.items()}
+        classes.append(replace(c, eligible=frozenset(eligible), weight=weight, fixed=data.draw(st.booleans())))
+    total = sum(c.size for c in classes)
+    return replace(problem.with_classes(classes), max_gpus=data.draw(st.integers(1, total)))
+
+
+@given(problems(), st.data())
+def test_carried_cuts_lie_under_every_capacity_a_later_problem_can_have(
+    problem: ClassProblem, data: st.DataObject
+) -> None:
+    # The pool keeps the cuts one solve wrote (chords of its lattice, tangents) and offers a later problem with the
+    # same pool times only those valid there: each under f_r at every capacity the later problem can give the role.
+    pool = CutPool()
+    for role in ROLES:
+        members = [c for c in problem.classes if role in c.eligible]
+        top = sum(c.weight[role] * c.size for c in members)
+        for e in (top / 3, top / 2, top):
+            if e > 0:
+                pool.add(problem, [(role, *cut) for cut in cuts_near(problem, role, e, window=2)])
+    later = _variant(problem, data)
+    offered = pool.offered(later, ROLES)
+    for role, intercept, slope in offered:
+        terms = later.terms.pool(role)
+        members = [c for c in later.classes if role in c.eligible]
+        for counts in itertools.product(*(range(c.size + 1) for c in members)):
+            e = sum(c.weight[role] * n for c, n in zip(members, counts, strict=True))
+            if e > 0:
+                exact = terms.time_s(e)
+                assert intercept + slope * e <= exact + 1e-9 * max(1.0, exact), (role, e)
+
+
+def test_a_chord_is_offered_only_on_its_own_lattice_and_a_tangent_everywhere() -> None:
+    load = workload(batch_size=64, unfinished=16)
+    weight = {r: MODEL.capacity_weight(load, "h200", 1, r) for r in ROLES}
+    cls = SlotClass(
+        key="c0",
+        slot_ids=("s0", "s1", "s2", "s3"),
+        gpu_type="h200",
+        tp=1,
+        zone=Zone.DEDICATED,
+        node_group="default",
+        current_role=None,
+        eligible=frozenset(ROLES),
+        weight=weight,
+        kv_bytes=MODEL.kv_capacity_bytes("h200", 1),
+        prefill_tokens_per_s=MODEL.prefill_tokens_per_s("h200", 1),
+        cost={r: 0.0 for r in ROLE_OPTIONS},
+    )
+    one = ClassProblem(
+        classes=(cls,),
+        terms=MODEL.terms(load),
+        unfinished_fraction=1.0,
+        max_gpus=4,
+        kv_required_bytes=0.0,
+        min_prefill_tokens_per_s=0.0,
+        admission_pause_s=0.0,
+    )
+    terms = one.terms.pool(Role.DECODE)
+    step = weight[Role.DECODE]
+    chord = (Role.DECODE, *secant(terms, step, 2 * step))
+    touching = (Role.DECODE, *tangent(terms, 3 * step))
+    pool = CutPool()
+    pool.add(one, [chord, touching])
+    assert pool.offered(one, [Role.DECODE]) == [chord, touching]
+    assert pool.offered(one, [Role.PREFILL]) == []  # the mode's roles only
+    doubled = one.with_classes([replace(cls, weight={r: 2 * w for r, w in weight.items()})])
+    assert pool.offered(doubled, [Role.DECODE]) == []  # recorded on step `step`: neither is offered on 2·step
+    mixed = one.with_classes([cls, replace(cls, key="c1", weight={r: 1.5 * w for r, w in weight.items()})])
+    tangents = CutPool()
+    tangents.add(mixed, [touching])  # a problem of mixed weights writes only tangents: offered anywhere
+    assert tangents.offered(one, [Role.DECODE]) == tangents.offered(doubled, [Role.DECODE]) == [touching]
+    other = replace(one, terms=MODEL.terms(workload(batch_size=256, unfinished=16)))
+    assert pool.offered(other, [Role.DECODE]) == []  # other pool times: other f_r
+
+
+@given(problems(), st.data())
+def test_solves_sharing_a_cut_pool_still_reach_the_brute_force_optimum(
+    problem: ClassProblem, data: st.DataObject
+) -> None:
+    pool = CutPool()
+    for current in (problem, _variant(problem, data), problem):
+        oracle = brute_force(current)
+        outcome = solve_class_problem(current, get_backend("highs"), time_limit_s=10, cuts=pool)
+        if oracle is None:
+            assert outcome.solution is None
+            continue
+        assert outcome.status == "optimal" and outcome.solution is not None
+        assert _same_objective(outcome.solution.objective_s, oracle.objective_s), (outcome.solution, oracle)

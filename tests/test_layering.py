@@ -27,8 +27,10 @@ REGISTRY = {
     "evaluate_lanes",
     "predict_bound_s",
     "predict_lane_filter",
+    "CutPool",
 }
-"""What the core may take from ``pearl_sched.solvers``: the backend registry and the solve entry points."""
+"""What the core may take from ``pearl_sched.solvers``: the backend registry, the solve entry points and their
+arguments (``CutPool``: a plan() call's cuts, handed to ``solve_class_problem``)."""
 
 
 def imports(path: Path) -> list[tuple[str, tuple[str, ...], int]]:
