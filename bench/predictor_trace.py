@@ -23,12 +23,15 @@ the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queu
 With ``--admission`` each later turn's wait from the gateway to its admission on the prefill side (where SGLang's
 PrefillAdder matches its cached prefix and locks it) is logged with the hit it found, and printed by wait and over
 the batch (in eighths of the makespan, with how many of the workers admitting turns then found at least half of
-their prompts' tokens cached), with how many of the prefill scheduling rounds that found requests waiting
+their prompts' tokens cached, and each such worker's load near the eighth's middle: the contexts of the live
+trajectories the gateway last sent it over its KV pool, how many they are, and its hit in the eighth, in order of
+load), with how many of the prefill scheduling rounds that found requests waiting
 left the queue's head waiting, and why (``memory``: admission refused it, SGLang's NO_TOKEN; ``chunk``: the batch's
 token budget was spent)::
 
     admission scenario=<s> config=<c> wait_s=<lo>-<hi> requests=<n> hit=<x> full_miss=<share with hit < 0.2>
     admission_timeline scenario=<s> config=<c> t_s=<x> requests=<n> mean_wait_s=<x> hit=<x> workers_hitting=<k>/<n>
+    admission_workers scenario=<s> config=<c> t_s=<x> load:live:hit=<load/pool>:<n>:<hit>,...
     admission_blocked scenario=<s> config=<c> rounds=<n> head_waits_memory=<n> head_waits_chunk=<n>
 
 ``--pd-prefill-queue on`` traces it with the PD prefill pool's queue in the cycle
@@ -109,6 +112,7 @@ class TracedSimulation(RolloutSimulation):
         self.seen: set[tuple[int, int]] = set()
         self.timeline_s = timeline_s
         self.samples: list[tuple[float, int, int, float, int]] = []
+        self.worker_loads: list[tuple[float, dict[int, tuple[int, float]]]] = []  # per sample: worker → live, tokens
         self._next_sample = 0.0
         self._busy_since: dict[int, float] = {}
         self._busy_s = 0.0
@@ -162,6 +166,13 @@ class TracedSimulation(RolloutSimulation):
             decoding = sum(len(d.active) for d in self.decoders)
             queued = sum(len(p.queue) for p in self.prefillers) + sum(len(d.prealloc) for d in self.decoders)
             self.samples.append((self.now, live, decoding, self._busy_s, queued))
+            loads: dict[int, tuple[int, float]] = {}  # the live trajectories the gateway last sent to each worker
+            for index, (worker, _, _) in self.prefill_router.placed.items():
+                t = self.trajectories[index]
+                if t.turn < len(t.spec.turns):
+                    n, tokens = loads.get(worker, (0, 0.0))
+                    loads[worker] = (n + 1, tokens + t.context)
+            self.worker_loads.append((self.now, loads))
 
 
 def traced(setting: Setting, capacity: PoolCapacity, timeline_s: float = 0.0) -> tuple[TracedSimulation, float]:
@@ -199,7 +210,7 @@ def trace(
     workload = setting.workload()
     s, dl = model._span(workload), workload.appended_tokens_per_turn
     sim, makespan = traced(setting, capacity)
-    if timeline:
+    if timeline or admission:
         sim, makespan = traced(setting, capacity, timeline_s=makespan / 20)
     pools = model._pools(workload, capacity)
     states = model._states(workload, pools.capacity, corrected=True)
@@ -268,7 +279,7 @@ def trace(
         f" model_S={s:.1f} sim_mean_turns={mean_turns:.2f}",
         flush=True,
     )
-    for at, live, decoding, busy, queued in sim.samples:
+    for at, live, decoding, busy, queued in sim.samples if timeline else ():
         print(
             f"timeline scenario={name} config={label} t_s={at:.0f} live={live} decoding={decoding}"
             f" prefill_busy_s={busy:.0f} queued={queued}",
@@ -307,6 +318,17 @@ def print_admissions(name: str, label: str, sim: TracedSimulation, makespan_s: f
                 f"admission_timeline scenario={name} config={label} t_s={k * span / 8:.0f} requests={len(rows)}"
                 f" mean_wait_s={sum(a.wait_s for a in rows) / len(rows):.2f} hit={hit(rows):.3f}"
                 f" workers_hitting={hitting}/{len(workers)}",
+                flush=True,
+            )
+            middle = (k + 0.5) * span / 8
+            at, loads = min(sim.worker_loads, key=lambda sample: abs(sample[0] - middle), default=(middle, {}))
+            each = []
+            for worker in sorted(workers, key=lambda w: loads.get(w, (0, 0.0))[1]):
+                n, tokens = loads.get(worker, (0, 0.0))
+                pool = sim.prefillers[worker].memory.capacity_tokens
+                each.append(f"{tokens / pool:.2f}:{n}:{hit(workers[worker]):.2f}")
+            print(
+                f"admission_workers scenario={name} config={label} t_s={at:.0f} load:live:hit={','.join(each)}",
                 flush=True,
             )
     print(

@@ -49,8 +49,11 @@ def test_every_later_turn_is_logged_once_with_a_wait_and_a_hit_within_its_prompt
     case: tuple[Pool, list[TrajectorySpec]],
 ) -> None:
     pool, trajectories = case
-    sim = TracedSimulation(pool, trajectories)
+    sim = TracedSimulation(pool, trajectories, timeline_s=0.5)
     sim.run()
+    for (_, live, *_), (_, loads) in zip(sim.samples, sim.worker_loads, strict=True):
+        # each live trajectory the gateway has placed counts once, on the worker it last sent it to
+        assert sum(n for n, _ in loads.values()) <= live
     later = [r for r in sim.requests if r.turn > 0 and not r.repeat]
     assert len(sim.admissions) == len(later)
     assert sum(a.cached for a in sim.admissions) == pytest.approx(sum(r.cached for r in later))
