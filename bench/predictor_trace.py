@@ -21,13 +21,15 @@ With ``--timeline`` the simulated prefill side's busy share and the live traject
 the makespan (``timeline ... t_s=<x> live=<n> decoding=<n> prefill_busy=<x> queued=<n>``).
 
 With ``--admission`` each later turn's wait from the gateway to its admission on the prefill side (where SGLang's
-PrefillAdder matches its cached prefix and locks it) is logged with the hit it found, and printed by wait and over
-the batch (in eighths of the makespan, with how many of the workers admitting turns then found at least half of
-their prompts' tokens cached, and each such worker's load near the eighth's middle: the contexts of the live
-trajectories the gateway last sent it over its KV pool, how many they are, and its hit in the eighth, in order of
-load), with how many of the prefill scheduling rounds that found requests waiting
-left the queue's head waiting, and why (``memory``: admission refused it, SGLang's NO_TOKEN; ``chunk``: the batch's
-token budget was spent)::
+PrefillAdder matches its cached prefix and locks it) is logged with the hit it found, and printed:
+
+- by wait;
+- over the batch, in eighths of the makespan, with how many of the workers admitting turns then found at least half
+  of their prompts' tokens cached, and each such worker's load near the eighth's middle (the contexts of the live
+  trajectories the gateway last sent it over its KV pool, how many they are, and its hit in the eighth, in order of
+  load);
+- how many of the prefill scheduling rounds that found requests waiting left the queue's head waiting, and why
+  (``memory``: admission refused it, SGLang's NO_TOKEN; ``chunk``: the batch's token budget was spent)::
 
     admission scenario=<s> config=<c> wait_s=<lo>-<hi> requests=<n> hit=<x> full_miss=<share with hit < 0.2>
     admission_timeline scenario=<s> config=<c> t_s=<x> requests=<n> mean_wait_s=<x> hit=<x> workers_hitting=<k>/<n>
