@@ -130,11 +130,11 @@ class TracedSimulation(RolloutSimulation):
     def _start_prefill(self, worker: int) -> None:
         p = self.prefillers[worker]
         was = p.running
-        waiting = [job for job in p.queue if not job.admitted]
+        waiting = [job for job in p.queue if not job.admitted] if was is None else []  # a running batch: no round
         super()._start_prefill(worker)
         if was is None and p.running is not None:
             self._busy_since[worker] = self.now
-        if was is not None or not waiting:  # a batch was running (nothing was scheduled), or none waited
+        if not waiting:  # a batch was running (nothing was scheduled), or none waited
             return
         self.rounds += 1
         for job in waiting:

@@ -600,7 +600,7 @@ def _ranker(model: MakespanModel, workload: Workload, policy: PolicyConfig) -> _
     """
     if policy.rank_by_predict:
         return _PredictRanker(model, workload)
-    if policy.mode_by_predict and getattr(model, "memory_aware", False) is True:
+    if policy.mode_by_predict and _memory_aware(model):
         return _PredictRanker(model, workload, modes_only=True)
     return None
 
@@ -1294,7 +1294,12 @@ def _memory_ranked(model: MakespanModel, policy: PolicyConfig) -> bool:
     Such a model predicts a configuration whose KV does not fit as slow (queueing, retraction, misses), not
     impossible; a model without a ``memory_aware`` attribute (PEARL's) keeps the constraint.
     """
-    return policy.rank_by_predict is True and getattr(model, "memory_aware", False) is True
+    return policy.rank_by_predict is True and _memory_aware(model)
+
+
+def _memory_aware(model: MakespanModel) -> bool:
+    """Whether ``model`` says it knows SGLang's memory (``memory_aware``); PEARL's has no such attribute."""
+    return getattr(model, "memory_aware", False) is True
 
 
 def _categorise(
